@@ -1,0 +1,49 @@
+// biaffine/fwd.hpp - forward declarations of the public types.
+#pragma once
+
+#include <cstddef>
+
+namespace biaffine {
+
+struct work_tag;
+struct output_tag;
+struct memory_stats;
+class memory_tracker;
+class scoped_peak;
+template <class T, class Tag>
+class tracking_allocator;
+class memory_log;
+struct memory_checkpoint;
+
+template <class T>
+struct seq_view;
+template <class T>
+struct score_view;
+template <class T>
+class span;
+template <class Signature>
+class backprop_fn;
+class workspace_scope;
+template <class T>
+class scratch;
+
+enum class mode;
+struct scorer_config;
+struct batch_cost;
+template <class T>
+class biaffine_scorer;
+
+enum class budget_kind;
+enum class oversize_policy;
+struct budget;
+struct batch_options;
+template <class T, class Lengths>
+class split_sequence;
+template <class Inner>
+class with_splits_layer;
+template <class Inner>
+class with_minibatch_by_padded_size_layer;
+template <class Inner>
+class with_pad_seq_unpad_matrix_layer;
+
+}  // namespace biaffine

@@ -1,0 +1,200 @@
+// biaffine/pairwise_bilinear.hpp - the pairwise bilinear kernel, forward and backward.
+//
+//   S[m, l, o] = sum_{i,j} u[l, i] * W[o, i, j] * v[m, j]
+//
+// rows m are dependents, columns l head candidates, labels last; u = [head, 1]
+// when bias_u, v = [dep, 1] when bias_v. Evaluated as two GEMMs per split and
+// no transposed copies: T = u . W' with W' = [hu, o * hv] (one GEMM per label
+// straight from W's memory, so the weights are never copied), then T viewed as
+// `[n * o, hv]` gives S_flat = v . T^T, which is S[m, l, o] row-major. The
+// first GEMM is row-wise, so callers run it on the packed rows of a whole
+// batch; only the second needs the split boundaries.
+//
+// This header is kernel math only; the layers (projections, masks, softmax,
+// batching) live elsewhere.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <Eigen/Core>
+
+#include "biaffine/errors.hpp"
+#include "biaffine/tensor.hpp"
+
+namespace biaffine {
+namespace detail {
+
+/// T = Ua . W' : `Ua [N, hu]`, `W [o, hu, hv]` (row-major memory), `T [N, o * hv]`.
+template <class T>
+void bilinear_left(const_row_map<T> ua, const T* w, std::size_t labels, std::size_t hv, row_map<T> t)
+{
+    const auto hu = ua.cols();
+    const auto hv_i = static_cast<Eigen::Index>(hv);
+    for (std::size_t k = 0; k < labels; ++k) {
+        Eigen::Map<const row_matrix<T>> wk(w + k * static_cast<std::size_t>(hu) * hv, hu, hv_i);
+        t.middleCols(static_cast<Eigen::Index>(k) * hv_i, hv_i).noalias() = ua * wk;
+    }
+}
+
+/// Backward of bilinear_left: `dUa = dT . W'^T` (overwritten) and
+/// `dW += Ua^T . dT` (accumulated).
+template <class T>
+void bilinear_left_backward(const_row_map<T> ua, const T* w, std::size_t labels, std::size_t hv,
+                            const_row_map<T> dt, row_map<T> dua, T* dw)
+{
+    const auto hu = ua.cols();
+    const auto hv_i = static_cast<Eigen::Index>(hv);
+    dua.setZero();
+    for (std::size_t k = 0; k < labels; ++k) {
+        const std::size_t off = k * static_cast<std::size_t>(hu) * hv;
+        Eigen::Map<const row_matrix<T>> wk(w + off, hu, hv_i);
+        Eigen::Map<row_matrix<T>> dwk(dw + off, hu, hv_i);
+        const auto dtk = dt.middleCols(static_cast<Eigen::Index>(k) * hv_i, hv_i);
+        dua.noalias() += dtk * wk.transpose();
+        dwk.noalias() += ua.transpose() * dtk;
+    }
+}
+
+/// Scores of one split: `S [n, n * o] = Va [n, hv] . Tr^T` with `Tr` the
+/// split's rows of T viewed as `[n * o, hv]` (contiguous: T is row-major).
+template <class T>
+void bilinear_right(const_row_map<T> va, const T* t_rows, std::size_t labels, score_view<T> s)
+{
+    const auto n = va.rows();
+    const auto hv = va.cols();
+    if (n == 0) return;
+    Eigen::Map<const row_matrix<T>> tr(t_rows, n * static_cast<Eigen::Index>(labels), hv);
+    s.map().noalias() = va * tr.transpose();
+}
+
+/// Backward of bilinear_right for one split: `dVa = dS . Tr` and
+/// `dTr = dS^T . Va` (both overwritten).
+template <class T>
+void bilinear_right_backward(const_row_map<T> va, const T* t_rows, std::size_t labels,
+                             score_view<const T> ds, row_map<T> dva, T* dt_rows)
+{
+    const auto n = va.rows();
+    const auto hv = va.cols();
+    if (n == 0) return;
+    const auto no = n * static_cast<Eigen::Index>(labels);
+    Eigen::Map<const row_matrix<T>> tr(t_rows, no, hv);
+    Eigen::Map<row_matrix<T>> dtr(dt_rows, no, hv);
+    const auto dsm = ds.map();
+    dva.noalias() = dsm * tr;
+    dtr.noalias() = dsm.transpose() * va;
+}
+
+template <class T>
+const_row_map<T> cmap(const T* p, std::size_t rows, std::size_t cols)
+{
+    return const_row_map<T>(p, static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols),
+                            Eigen::OuterStride<>(static_cast<Eigen::Index>(cols)));
+}
+template <class T>
+row_map<T> mmap(T* p, std::size_t rows, std::size_t cols)
+{
+    return row_map<T>(p, static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols),
+                      Eigen::OuterStride<>(static_cast<Eigen::Index>(cols)));
+}
+
+// Copies u [L, h] into ua [L, h + bias] with a trailing column of ones.
+template <class T>
+void augment(const T* u, std::size_t rows, std::size_t h, bool bias, T* ua)
+{
+    const std::size_t w = h + (bias ? 1 : 0);
+    for (std::size_t r = 0; r < rows; ++r) {
+        for (std::size_t c = 0; c < h; ++c) ua[r * w + c] = u[r * h + c];
+        if (bias) ua[r * w + h] = T(1);
+    }
+}
+
+template <class Array>
+void check_bilinear_shapes(const Array& u, const Array& v, const Array& w, bool bias_u, bool bias_v)
+{
+    if (u.dimension() != 3 || v.dimension() != 3 || w.dimension() != 3) {
+        throw shape_error("pairwise_bilinear: u, v must be [b, L, h] and W [o, h + bias_u, h + bias_v]");
+    }
+    if (u.shape() != v.shape()) {
+        throw shape_error(msg("pairwise_bilinear: u is [", u.shape()[0], ", ", u.shape()[1], ", ", u.shape()[2],
+                              "] but v is [", v.shape()[0], ", ", v.shape()[1], ", ", v.shape()[2], "]"));
+    }
+    const std::size_t h = u.shape()[2];
+    if (w.shape()[1] != h + (bias_u ? 1 : 0) || w.shape()[2] != h + (bias_v ? 1 : 0)) {
+        throw shape_error(msg("pairwise_bilinear: W is [", w.shape()[0], ", ", w.shape()[1], ", ", w.shape()[2],
+                              "], expected [o, ", h + (bias_u ? 1 : 0), ", ", h + (bias_v ? 1 : 0), "]"));
+    }
+}
+
+}  // namespace detail
+
+/// Pairwise bilinear forward on padded batches (every position scored, no
+/// lengths, as the reference module does).
+/// `u, v: [b, L, h]`, `W: [o, h + bias_u, h + bias_v]` -> `[b, L, L, o]`.
+template <class T>
+tensor<T, 4> pairwise_bilinear(const tensor<T, 3>& u, const tensor<T, 3>& v, const tensor<T, 3>& w, bool bias_u,
+                               bool bias_v)
+{
+    detail::check_bilinear_shapes(u, v, w, bias_u, bias_v);
+    const std::size_t b = u.shape()[0], L = u.shape()[1], h = u.shape()[2], o = w.shape()[0];
+    const std::size_t hu = w.shape()[1], hv = w.shape()[2];
+    tensor<T, 4> y = tensor<T, 4>::from_shape({b, L, L, o});
+    tensor<T, 2> ua = tensor<T, 2>::from_shape({L, hu});
+    tensor<T, 2> va = tensor<T, 2>::from_shape({L, hv});
+    tensor<T, 2> t = tensor<T, 2>::from_shape({L, o * hv});
+    for (std::size_t s = 0; s < b; ++s) {
+        detail::augment(u.data() + s * L * h, L, h, bias_u, ua.data());
+        detail::augment(v.data() + s * L * h, L, h, bias_v, va.data());
+        detail::bilinear_left<T>(detail::cmap(ua.data(), L, hu), w.data(), o, hv, detail::mmap(t.data(), L, o * hv));
+        detail::bilinear_right<T>(detail::cmap(va.data(), L, hv), t.data(), o,
+                                  score_view<T>{y.data() + s * L * L * o, L, o, static_cast<std::ptrdiff_t>(L * o)});
+    }
+    return y;
+}
+
+/// Gradients of pairwise_bilinear for `dy [b, L, L, o]`: returns `{du, dv}`
+/// (`[b, L, h]` each) and accumulates into `dw [o, hu, hv]`.
+template <class T>
+std::pair<tensor<T, 3>, tensor<T, 3>> pairwise_bilinear_backward(const tensor<T, 3>& u, const tensor<T, 3>& v,
+                                                                 const tensor<T, 3>& w, bool bias_u, bool bias_v,
+                                                                 const tensor<T, 4>& dy, tensor<T, 3>& dw)
+{
+    detail::check_bilinear_shapes(u, v, w, bias_u, bias_v);
+    const std::size_t b = u.shape()[0], L = u.shape()[1], h = u.shape()[2], o = w.shape()[0];
+    const std::size_t hu = w.shape()[1], hv = w.shape()[2];
+    if (dy.shape() != typename tensor<T, 4>::shape_type{b, L, L, o}) {
+        throw shape_error(detail::msg("pairwise_bilinear_backward: dy must be [", b, ", ", L, ", ", L, ", ", o, "]"));
+    }
+    if (dw.shape() != w.shape()) {
+        throw shape_error("pairwise_bilinear_backward: dw must have W's shape");
+    }
+    tensor<T, 3> du = tensor<T, 3>::from_shape({b, L, h});
+    tensor<T, 3> dv = tensor<T, 3>::from_shape({b, L, h});
+    tensor<T, 2> ua = tensor<T, 2>::from_shape({L, hu});
+    tensor<T, 2> va = tensor<T, 2>::from_shape({L, hv});
+    tensor<T, 2> t = tensor<T, 2>::from_shape({L, o * hv});
+    tensor<T, 2> dt = tensor<T, 2>::from_shape({L, o * hv});
+    tensor<T, 2> dua = tensor<T, 2>::from_shape({L, hu});
+    tensor<T, 2> dva = tensor<T, 2>::from_shape({L, hv});
+    for (std::size_t s = 0; s < b; ++s) {
+        detail::augment(u.data() + s * L * h, L, h, bias_u, ua.data());
+        detail::augment(v.data() + s * L * h, L, h, bias_v, va.data());
+        detail::bilinear_left<T>(detail::cmap(ua.data(), L, hu), w.data(), o, hv, detail::mmap(t.data(), L, o * hv));
+        detail::bilinear_right_backward<T>(
+            detail::cmap(va.data(), L, hv), t.data(), o,
+            score_view<const T>{dy.data() + s * L * L * o, L, o, static_cast<std::ptrdiff_t>(L * o)},
+            detail::mmap(dva.data(), L, hv), dt.data());
+        detail::bilinear_left_backward<T>(detail::cmap(ua.data(), L, hu), w.data(), o, hv,
+                                          detail::cmap(dt.data(), L, o * hv), detail::mmap(dua.data(), L, hu),
+                                          dw.data());
+        for (std::size_t r = 0; r < L; ++r) {
+            for (std::size_t c = 0; c < h; ++c) {
+                du(s, r, c) = dua(r, c);
+                dv(s, r, c) = dva(r, c);
+            }
+        }
+    }
+    return {std::move(du), std::move(dv)};
+}
+
+}  // namespace biaffine

@@ -1,0 +1,778 @@
+// biaffine/scorer.hpp - the biaffine arc / label scorer (the reference model).
+//
+//   head = relu(X Wh^T + bh),  dep = relu(X Wd^T + bd)     (dropout in training)
+//   S[m, l, o] = sum_{i,j} [head, 1][l, i] W[o, i, j] [dep, 1][m, j]
+//
+// Rows m are dependents, columns l head candidates, labels last; the label
+// axis is dropped when o == 1; in training the output is a softmax over the
+// last axis. Two ways in:
+//   - split lists (`predict`, `forward`): length-aware, each split scored on
+//     its true length, no padding anywhere. This is what the batching layers
+//     call.
+//   - padded batches (`predict_padded`, `forward_padded`): `[b, L, n_in]` plus
+//     lengths, output `[b, L, L(, o)]`, exactly the reference module's
+//     interface (with_pad_seq_unpad_matrix and the golden tests use it). Still
+//     no FLOPs on padding; padded cells hold the mask value (eval) or 0 (train).
+// Projections and T = u.W' run once on the packed rows of all splits.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <Eigen/Core>
+#include <xtensor/xadapt.hpp>
+#include <xtensor/xnpy.hpp>
+
+#include "biaffine/backprop.hpp"
+#include "biaffine/detail/checked.hpp"
+#include "biaffine/errors.hpp"
+#include "biaffine/pairwise_bilinear.hpp"
+#include "biaffine/tensor.hpp"
+#include "biaffine/workspace.hpp"
+
+namespace biaffine {
+
+/// Evaluation mode of a forward pass: `train` applies dropout and the softmax.
+enum class mode { eval, train };
+
+/// Hyper-parameters of a biaffine_scorer.
+struct scorer_config {
+    std::size_t n_in = 0;     ///< width of the token representations
+    std::size_t hidden = 128; ///< h, width of the head / dependent projections
+    std::size_t labels = 1;   ///< o, number of labels (1: arc scorer, label axis dropped)
+    bool bias_u = true;       ///< append 1 to the head side
+    bool bias_v = true;       ///< append 1 to the dependent side
+    double dropout = 0.0;     ///< variational dropout rate in training
+    std::uint64_t seed = 0;   ///< parameter initialisation and dropout masks
+};
+
+/// Memory a batch of `count` splits padded to `max_len` needs, in bytes,
+/// by lifetime. The batcher budgets with `total()`.
+struct batch_cost {
+    std::uint64_t scratch = 0; ///< temporaries carved from the workspace, freed when the call returns
+    std::uint64_t heap = 0;    ///< other temporaries on the tracked heap, freed when the call returns
+    std::uint64_t saved = 0;   ///< kept for backward until the callback runs (train only)
+    std::uint64_t outputs = 0; ///< score tensors handed to the caller
+    std::uint64_t total() const
+    {
+        return detail::checked_add(detail::checked_add(scratch, heap, "batch cost"),
+                                   detail::checked_add(saved, outputs, "batch cost"), "batch cost");
+    }
+};
+
+/// Backprop of a split-list layer: per-split score gradients in (`[n, n(, o)]`
+/// views), per-split input gradients written out (`[n, n_in]` views).
+template <class T>
+using split_backprop = backprop_fn<void(span<const score_view<const T>>, span<const seq_view<T>>)>;
+
+/// The mask added to head columns past a sequence's length. -10000 as in the
+/// reference, clamped to what the scalar type can hold.
+template <class T>
+constexpr T mask_value()
+{
+    return std::numeric_limits<T>::lowest() / T(2) > T(-10000) ? std::numeric_limits<T>::lowest() / T(2)
+                                                               : T(-10000);
+}
+
+namespace detail {
+
+// A uniform double in [0, 1) from 53 random bits: the same on every platform,
+// unlike std::uniform_real_distribution.
+inline double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
+template <class V>
+auto to_const_view(const V& v)
+{
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(v.data)>>;
+    return seq_view<const T>{v.data, v.rows, v.cols, v.row_stride, v.col_stride};
+}
+
+// In-place softmax of one split's scores over the last axis: heads when there
+// is one label, labels otherwise.
+template <class T>
+void softmax_last_axis(score_view<T> s)
+{
+    const std::size_t group = s.labels == 1 ? s.n : s.labels;
+    const std::size_t groups_per_row = s.labels == 1 ? 1 : s.n;
+    for (std::size_t m = 0; m < s.n; ++m) {
+        T* row = s.data + static_cast<std::ptrdiff_t>(m) * s.row_stride;
+        for (std::size_t g = 0; g < groups_per_row; ++g) {
+            T* x = row + g * group;
+            T mx = x[0];
+            for (std::size_t i = 1; i < group; ++i) mx = std::max(mx, x[i]);
+            T sum = 0;
+            for (std::size_t i = 0; i < group; ++i) {
+                x[i] = std::exp(x[i] - mx);
+                sum += x[i];
+            }
+            for (std::size_t i = 0; i < group; ++i) x[i] /= sum;
+        }
+    }
+}
+
+// dS = Y * (dY - sum(dY * Y)) over the softmax axis, into `ds` (dense).
+template <class T>
+void softmax_backward(score_view<const T> y, score_view<const T> dy, score_view<T> ds)
+{
+    const std::size_t group = y.labels == 1 ? y.n : y.labels;
+    const std::size_t groups_per_row = y.labels == 1 ? 1 : y.n;
+    for (std::size_t m = 0; m < y.n; ++m) {
+        const T* yr = y.data + static_cast<std::ptrdiff_t>(m) * y.row_stride;
+        const T* dyr = dy.data + static_cast<std::ptrdiff_t>(m) * dy.row_stride;
+        T* dsr = ds.data + static_cast<std::ptrdiff_t>(m) * ds.row_stride;
+        for (std::size_t g = 0; g < groups_per_row; ++g) {
+            const std::size_t o = g * group;
+            T dot = 0;
+            for (std::size_t i = 0; i < group; ++i) dot += yr[o + i] * dyr[o + i];
+            for (std::size_t i = 0; i < group; ++i) dsr[o + i] = yr[o + i] * (dyr[o + i] - dot);
+        }
+    }
+}
+
+}  // namespace detail
+
+/// The biaffine scorer: parameters, their gradients, and forward / backward
+/// over split lists and padded batches. Float or double.
+///
+/// Thread safety: `predict*` and `cost` are const and may run concurrently;
+/// `forward*` (dropout generator) and the backprop callbacks (gradient
+/// accumulation) must not run concurrently with each other on one scorer.
+template <class T>
+class biaffine_scorer {
+public:
+    static_assert(std::is_floating_point<T>::value, "biaffine_scorer<T>: T must be float or double");
+    using value_type = T;
+    using backprop_type = split_backprop<T>;
+    using padded_backprop_type = backprop_fn<tensor<T, 3>(const score_array<T>&)>;
+
+    /// Allocates and initialises the parameters from `cfg.seed`: Xavier-uniform
+    /// for the bilinear weight, the usual Linear init (U(+-1/sqrt(n_in))) for
+    /// the projections. Gradients start at zero.
+    explicit biaffine_scorer(const scorer_config& cfg) : cfg_(cfg), rng_(cfg.seed ^ 0x9e3779b97f4a7c15ULL)
+    {
+        if (cfg.n_in == 0 || cfg.hidden == 0 || cfg.labels == 0) {
+            throw shape_error(detail::msg("biaffine_scorer: n_in, hidden and labels must be positive, got n_in=",
+                                          cfg.n_in, " hidden=", cfg.hidden, " labels=", cfg.labels));
+        }
+        if (!(cfg.dropout >= 0.0 && cfg.dropout < 1.0)) {
+            throw error(detail::msg("biaffine_scorer: dropout must be in [0, 1), got ", cfg.dropout));
+        }
+        const std::size_t h = cfg.hidden;
+        wh_ = tensor<T, 2>::from_shape({h, cfg.n_in});
+        wd_ = tensor<T, 2>::from_shape({h, cfg.n_in});
+        bh_ = tensor<T, 1>::from_shape({h});
+        bd_ = tensor<T, 1>::from_shape({h});
+        w_ = tensor<T, 3>::from_shape({cfg.labels, hu(), hv()});
+        dwh_ = xt::zeros_like(wh_);
+        dwd_ = xt::zeros_like(wd_);
+        dbh_ = xt::zeros_like(bh_);
+        dbd_ = xt::zeros_like(bd_);
+        dw_ = xt::zeros_like(w_);
+        initialize(cfg.seed);
+    }
+
+    const scorer_config& config() const noexcept { return cfg_; }
+    std::size_t n_in() const noexcept { return cfg_.n_in; }
+    std::size_t hidden() const noexcept { return cfg_.hidden; }
+    std::size_t labels() const noexcept { return cfg_.labels; }
+    std::size_t hu() const noexcept { return cfg_.hidden + (cfg_.bias_u ? 1 : 0); }
+    std::size_t hv() const noexcept { return cfg_.hidden + (cfg_.bias_v ? 1 : 0); }
+
+    /// Re-draws every parameter from `seed` (see the constructor).
+    void initialize(std::uint64_t seed)
+    {
+        std::mt19937_64 rng(seed);
+        auto fill = [&](auto& a, double bound) {
+            for (auto& x : a) x = static_cast<T>((2.0 * detail::uniform01(rng) - 1.0) * bound);
+        };
+        const double lin = 1.0 / std::sqrt(static_cast<double>(cfg_.n_in));
+        fill(wh_, lin);
+        fill(bh_, lin);
+        fill(wd_, lin);
+        fill(bd_, lin);
+        // Xavier-uniform with PyTorch's fans for a 3-d tensor [o, hu, hv].
+        const double fan_in = static_cast<double>(hu() * hv());
+        const double fan_out = static_cast<double>(cfg_.labels * hv());
+        fill(w_, std::sqrt(6.0 / (fan_in + fan_out)));
+    }
+
+    // Parameters `[h, n_in]`, `[h]`, `[h, n_in]`, `[h]`, `[o, hu, hv]` and their gradients.
+    const tensor<T, 2>& head_weight() const noexcept { return wh_; }
+    const tensor<T, 1>& head_bias() const noexcept { return bh_; }
+    const tensor<T, 2>& dependent_weight() const noexcept { return wd_; }
+    const tensor<T, 1>& dependent_bias() const noexcept { return bd_; }
+    const tensor<T, 3>& bilinear_weight() const noexcept { return w_; }
+    const tensor<T, 2>& d_head_weight() const noexcept { return dwh_; }
+    const tensor<T, 1>& d_head_bias() const noexcept { return dbh_; }
+    const tensor<T, 2>& d_dependent_weight() const noexcept { return dwd_; }
+    const tensor<T, 1>& d_dependent_bias() const noexcept { return dbd_; }
+    const tensor<T, 3>& d_bilinear_weight() const noexcept { return dw_; }
+
+    /// A parameter with its gradient, for optimisers and serialisation.
+    struct parameter {
+        const char* name;
+        T* data;
+        T* grad;
+        std::size_t size;
+        std::vector<std::size_t> shape;
+    };
+
+    /// All five parameters, in the order head_weight, head_bias,
+    /// dependent_weight, dependent_bias, bilinear_weight.
+    std::vector<parameter> parameters()
+    {
+        auto p = [](const char* name, auto& a, auto& g) {
+            return parameter{name, a.data(), g.data(), a.size(), std::vector<std::size_t>(a.shape().begin(), a.shape().end())};
+        };
+        return {p("head_weight", wh_, dwh_), p("head_bias", bh_, dbh_), p("dependent_weight", wd_, dwd_),
+                p("dependent_bias", bd_, dbd_), p("bilinear_weight", w_, dw_)};
+    }
+
+    /// Overwrites the parameter `name` (one of the names of parameters()) with
+    /// `value`, which must have the parameter's exact shape. Any xtensor
+    /// expression of any floating type.
+    template <class E>
+    void set_parameter(const std::string& name, const E& value)
+    {
+        for (parameter& p : parameters()) {
+            if (name != p.name) continue;
+            std::vector<std::size_t> got(value.shape().begin(), value.shape().end());
+            if (got != p.shape) {
+                throw shape_error(detail::msg("set_parameter(", name, "): expected shape ", shape_str(p.shape),
+                                              ", got ", shape_str(got)));
+            }
+            std::size_t i = 0;
+            for (auto it = value.begin(); it != value.end(); ++it) p.data[i++] = static_cast<T>(*it);
+            return;
+        }
+        throw error(detail::msg("set_parameter: no parameter named '", name, "'"));
+    }
+
+    /// Sets every gradient buffer to zero.
+    void zero_grad()
+    {
+        for (parameter& p : parameters()) std::fill(p.grad, p.grad + p.size, T(0));
+    }
+
+    /// Writes `<dir>/<name>.npy` for every parameter (float64 files when T is
+    /// double, float32 otherwise). The directory must exist.
+    void save_npy(const std::string& dir)
+    {
+        for (parameter& p : parameters()) {
+            xt::dump_npy(dir + "/" + p.name + ".npy", xt::adapt(p.data, p.size, xt::no_ownership(), p.shape));
+        }
+    }
+
+    /// Reads `<dir>/<name>.npy` for every parameter (as written by save_npy or
+    /// the golden generator; float32 or float64 files), checking shapes.
+    void load_npy(const std::string& dir)
+    {
+        for (parameter& p : parameters()) {
+            const std::string path = dir + "/" + p.name + ".npy";
+            set_parameter(p.name, load_npy_any(path));
+        }
+    }
+
+    // ---------------------------------------------------------------- costs
+
+    /// Bytes a batch of `count` splits of at most `max_len` tokens needs in
+    /// this scorer, by lifetime (checked 64-bit arithmetic). Exact for the
+    /// scratch this scorer carves; `outputs` counts the score data.
+    batch_cost cost(std::size_t count, std::size_t max_len, mode m = mode::eval) const
+    {
+        using detail::checked_mul;
+        using detail::scratch_bytes;
+        const std::uint64_t rows = checked_mul(count, max_len, "batch cost");
+        const std::uint64_t o = cfg_.labels;
+        batch_cost c;
+        c.outputs = detail::checked_product("batch cost", checked_mul(max_len, max_len, "batch cost"), o, count,
+                                            sizeof(T));
+        const std::uint64_t xp = scratch_bytes<T>(checked_mul(rows, cfg_.n_in, "batch cost"));
+        const std::uint64_t u = scratch_bytes<T>(checked_mul(rows, hu(), "batch cost"));
+        const std::uint64_t v = scratch_bytes<T>(checked_mul(rows, hv(), "batch cost"));
+        const std::uint64_t t = scratch_bytes<T>(detail::checked_product("batch cost", rows, o, hv()));
+        const std::uint64_t offsets = scratch_bytes<std::size_t>(detail::checked_add(count, 1, "batch cost"));
+        if (m == mode::eval) {
+            c.scratch = detail::checked_add(detail::checked_add(offsets, xp, "batch cost"),
+                                            detail::checked_add(detail::checked_add(u, v, "batch cost"), t, "batch cost"),
+                                            "batch cost");
+            return c;
+        }
+        // Train: U, V, T, the softmax outputs and the split views stay for
+        // backward; backward carves dT, dV, dU, one split's dS and X.
+        const std::uint64_t ys = c.outputs;
+        const std::uint64_t views = checked_mul(count, sizeof(seq_view<const T>) + sizeof(std::size_t), "batch cost");
+        c.saved = detail::checked_add(detail::checked_add(detail::checked_add(u, v, "batch cost"), t, "batch cost"),
+                                      detail::checked_add(ys, views, "batch cost"), "batch cost");
+        const std::uint64_t ds = scratch_bytes<T>(detail::checked_product("batch cost", max_len, max_len, o));
+        const std::uint64_t backward = detail::checked_add(
+            detail::checked_add(detail::checked_add(t, v, "batch cost"), u, "batch cost"),
+            detail::checked_add(ds, xp, "batch cost"), "batch cost");
+        c.scratch = std::max(detail::checked_add(offsets, xp, "batch cost"), backward);
+        return c;
+    }
+
+    /// Like cost(), for the padded interface: the padded scores are the
+    /// outputs, the per-sequence views are heap bookkeeping, and training
+    /// keeps the lengths and builds per-sequence gradient views in backward.
+    batch_cost padded_cost(std::size_t count, std::size_t max_len, mode m = mode::eval) const
+    {
+        batch_cost c = cost(count, max_len, m);
+        const std::uint64_t views = detail::checked_mul(count, sizeof(seq_view<const T>), "batch cost");
+        c.heap = detail::checked_add(c.heap, views, "batch cost");
+        if (m == mode::train) {
+            const std::uint64_t grads = detail::checked_mul(
+                count, sizeof(score_view<const T>) + sizeof(seq_view<T>), "batch cost");
+            c.saved = detail::checked_add(c.saved, detail::checked_mul(count, sizeof(std::size_t), "batch cost"),
+                                          "batch cost");
+            c.heap = detail::checked_add(c.heap, grads, "batch cost");
+        }
+        return c;
+    }
+
+    // ----------------------------------------------------- split-list API
+
+    /// Scores of every split, inference: `X[k]` is a `[n_k, n_in]` view, the
+    /// result one `[n_k, n_k(, o)]` tensor per split. Keeps nothing once it returns.
+    template <class Items>
+    score_list<T> predict(const Items& X) const
+    {
+        score_list<T> Y;
+        Y.reserve(X.size());
+        for (std::size_t k = 0; k < X.size(); ++k) {
+            Y.push_back(score_tensor<T>(score_shape(X[k].rows)));
+        }
+        predict_into(X, [&](std::size_t k, std::size_t) { return dense_view(Y[k]); },
+                     [](std::size_t, score_view<T>) {});
+        return Y;
+    }
+
+    /// Streaming inference: `sink(k, score_view<const T>)` receives split k's
+    /// `[n, n(, o)]` scores; the view lives only during the call, its memory is
+    /// reused for the next split. One split's scores exist at a time.
+    template <class Items, class Sink>
+    void predict_stream(const Items& X, Sink&& sink) const
+    {
+        std::size_t max_n = 0;
+        for (std::size_t k = 0; k < X.size(); ++k) max_n = std::max(max_n, X[k].rows);
+        scratch<T> s(detail::to_index_size(detail::checked_product("stream", max_n, max_n, cfg_.labels), "stream"));
+        predict_into(X,
+                     [&](std::size_t, std::size_t n) {
+                         return score_view<T>{s.data(), n, cfg_.labels, static_cast<std::ptrdiff_t>(n * cfg_.labels)};
+                     },
+                     [&](std::size_t k, score_view<T> y) {
+                         sink(k, score_view<const T>{y.data, y.n, y.labels, y.row_stride});
+                     });
+    }
+
+    /// Training (or eval-mode) forward over a split list: the scores and a
+    /// callback that, given per-split score gradients, writes per-split input
+    /// gradients and accumulates every parameter gradient. The splits' data
+    /// must stay alive until the callback has run (views are kept, not copies).
+    template <class Items>
+    std::pair<score_list<T>, backprop_type> forward(const Items& X, mode m = mode::train)
+    {
+        score_list<T> Y;
+        Y.reserve(X.size());
+        for (std::size_t k = 0; k < X.size(); ++k) {
+            Y.push_back(score_tensor<T>(score_shape(X[k].rows)));
+        }
+        backprop_type bp = forward_into(X, m, [&](std::size_t k, std::size_t) { return dense_view(Y[k]); });
+        return {std::move(Y), std::move(bp)};
+    }
+
+    // ------------------------------------------------------- padded API
+
+    /// Reference interface, inference: `x [b, L, n_in]` (any xtensor array),
+    /// `lengths [b]` -> `[b, L, L]` (o == 1) or `[b, L, L, o]`.
+    template <class X3, class Lengths>
+    score_array<T> predict_padded(const X3& x, const Lengths& lengths) const
+    {
+        const auto views = padded_views(x, lengths);
+        const std::size_t b = x.shape()[0], L = x.shape()[1];
+        score_array<T> y = score_array<T>::from_shape(padded_shape(b, L));
+        predict_into(views, [&](std::size_t k, std::size_t n) { return padded_view(y, k, n, L); },
+                     [](std::size_t, score_view<T>) {});
+        fill_padding(y, views, mode::eval);
+        return y;
+    }
+
+    /// Reference interface, forward: `(y, backprop)`; `backprop(dy)` takes
+    /// `dy` of y's shape (only the cells inside each sequence are read) and
+    /// returns `dx [b, L, n_in]` (zero at padded positions).
+    template <class X3, class Lengths>
+    std::pair<score_array<T>, padded_backprop_type> forward_padded(const X3& x, const Lengths& lengths,
+                                                                   mode m = mode::train)
+    {
+        auto views = padded_views(x, lengths);
+        const std::size_t b = x.shape()[0], L = x.shape()[1];
+        score_array<T> y = score_array<T>::from_shape(padded_shape(b, L));
+        backprop_type inner =
+            forward_into(views, m, [&](std::size_t k, std::size_t n) { return padded_view(y, k, n, L); });
+        fill_padding(y, views, m);
+        const std::size_t o = cfg_.labels, n_in = cfg_.n_in;
+        tracked_vector<std::size_t> lens(b);
+        for (std::size_t k = 0; k < b; ++k) lens[k] = views[k].rows;
+        auto shape = y.shape();
+        padded_backprop_type bp([inner = std::move(inner), lens = std::move(lens), shape, L, o,
+                                 n_in](const score_array<T>& dy) mutable {
+            if (!std::equal(dy.shape().begin(), dy.shape().end(), shape.begin(), shape.end())) {
+                throw shape_error(detail::msg("forward_padded backprop: dy must have the output's shape ",
+                                              shape_str(std::vector<std::size_t>(shape.begin(), shape.end())),
+                                              ", got ",
+                                              shape_str(std::vector<std::size_t>(dy.shape().begin(), dy.shape().end()))));
+            }
+            const std::size_t b = lens.size();
+            tensor<T, 3> dx = xt::zeros<T>({b, L, n_in});
+            tracked_vector<score_view<const T>> dys(b);
+            tracked_vector<seq_view<T>> dxs(b);
+            for (std::size_t k = 0; k < b; ++k) {
+                dys[k] = {dy.data() + k * L * L * o, lens[k], o, static_cast<std::ptrdiff_t>(L * o)};
+                dxs[k] = {dx.data() + k * L * n_in, lens[k], n_in, static_cast<std::ptrdiff_t>(n_in), 1};
+            }
+            inner(span<const score_view<const T>>(dys.data(), b), span<const seq_view<T>>(dxs.data(), b));
+            return dx;
+        });
+        return {std::move(y), std::move(bp)};
+    }
+
+    /// Shape of one split's scores: `[n, n]` or `[n, n, o]`.
+    typename score_tensor<T>::shape_type score_shape(std::size_t n) const
+    {
+        if (cfg_.labels == 1) return {n, n};
+        return {n, n, cfg_.labels};
+    }
+
+private:
+    static std::string shape_str(const std::vector<std::size_t>& s)
+    {
+        std::string r = "[";
+        for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+        return r + "]";
+    }
+
+    static xt::xarray<double> load_npy_any(const std::string& path)
+    {
+        std::ifstream probe(path, std::ios::binary);
+        if (!probe) throw error(detail::msg("load_npy: cannot open ", path));
+        char header[128] = {};
+        probe.read(header, sizeof(header));
+        const std::string h(header, static_cast<std::size_t>(probe.gcount()));
+        if (h.find("'<f4'") != std::string::npos) return xt::cast<double>(xt::load_npy<float>(path));
+        if (h.find("'<f8'") != std::string::npos) return xt::load_npy<double>(path);
+        throw error(detail::msg("load_npy: ", path, " is not a float32 or float64 .npy file"));
+    }
+
+    template <class S>
+    static score_view<T> dense_view(S& s)
+    {
+        const std::size_t n = s.shape()[0];
+        const std::size_t o = s.dimension() == 3 ? s.shape()[2] : 1;
+        return {s.data(), n, o, static_cast<std::ptrdiff_t>(n * o)};
+    }
+
+    typename score_array<T>::shape_type padded_shape(std::size_t b, std::size_t L) const
+    {
+        detail::checked_product("padded scores", b, L, L, cfg_.labels, sizeof(T));
+        if (cfg_.labels == 1) return {b, L, L};
+        return {b, L, L, cfg_.labels};
+    }
+
+    score_view<T> padded_view(score_array<T>& y, std::size_t k, std::size_t n, std::size_t L) const
+    {
+        return {y.data() + k * L * L * cfg_.labels, n, cfg_.labels, static_cast<std::ptrdiff_t>(L * cfg_.labels)};
+    }
+
+    template <class X3, class Lengths>
+    tracked_vector<seq_view<const T>> padded_views(const X3& x, const Lengths& lengths) const
+    {
+        if (x.dimension() != 3) {
+            throw shape_error(detail::msg("padded input: expected x [b, L, n_in], got ", x.dimension(), " dimensions"));
+        }
+        const std::size_t b = x.shape()[0], L = x.shape()[1];
+        if (x.shape()[2] != cfg_.n_in) {
+            throw shape_error(detail::msg("padded input: x is [", b, ", ", L, ", ", x.shape()[2],
+                                          "] but the scorer expects n_in = ", cfg_.n_in));
+        }
+        if (static_cast<std::size_t>(lengths.size()) != b) {
+            throw shape_error(detail::msg("padded input: ", lengths.size(), " lengths for a batch of ", b));
+        }
+        tracked_vector<seq_view<const T>> views(b);
+        const auto st = x.strides();
+        for (std::size_t k = 0; k < b; ++k) {
+            const auto len = lengths[k];
+            if (len < 0 || static_cast<std::size_t>(len) > L) {
+                throw length_error(detail::msg("padded input: sequence ", k, " has length ", len,
+                                               ", expected 0..", L));
+            }
+            views[k] = {x.data() + x.data_offset() + static_cast<std::ptrdiff_t>(k) * st[0],
+                        static_cast<std::size_t>(len), cfg_.n_in,
+                        L > 1 ? static_cast<std::ptrdiff_t>(st[1]) : static_cast<std::ptrdiff_t>(cfg_.n_in),
+                        cfg_.n_in > 1 ? static_cast<std::ptrdiff_t>(st[2]) : 1};
+        }
+        return views;
+    }
+
+    // Padded cells: the mask value in eval (what a masked logit is), 0 in
+    // train (what the softmax gives a masked head).
+    template <class Views>
+    void fill_padding(score_array<T>& y, const Views& views, mode m) const
+    {
+        const std::size_t b = y.shape()[0], L = y.shape()[1], o = cfg_.labels;
+        const T pad = m == mode::train ? T(0) : mask_value<T>();
+        for (std::size_t k = 0; k < b; ++k) {
+            const std::size_t n = views[k].rows;
+            T* base = y.data() + k * L * L * o;
+            for (std::size_t r = 0; r < L; ++r) {
+                T* row = base + r * L * o;
+                const std::size_t first = r < n ? n * o : 0;
+                std::fill(row + first, row + L * o, pad);
+            }
+        }
+    }
+
+    template <class Items>
+    void check_items(const Items& X) const
+    {
+        for (std::size_t k = 0; k < X.size(); ++k) {
+            if (X[k].cols != cfg_.n_in) {
+                throw shape_error(detail::msg("scorer: split ", k, " has width ", X[k].cols,
+                                              ", the weights expect n_in = ", cfg_.n_in));
+            }
+        }
+    }
+
+    // Row offsets of the splits in the packed batch; returns the total.
+    template <class Items>
+    std::size_t fill_offsets(const Items& X, std::size_t* off) const
+    {
+        std::uint64_t total = 0;
+        for (std::size_t k = 0; k < X.size(); ++k) {
+            off[k] = static_cast<std::size_t>(total);
+            total = detail::checked_add(total, X[k].rows, "packed rows");
+        }
+        off[X.size()] = static_cast<std::size_t>(total);
+        return detail::to_index_size(total, "packed rows");
+    }
+
+    template <class Items>
+    void gather(const Items& X, const std::size_t* off, T* xp) const
+    {
+        for (std::size_t k = 0; k < X.size(); ++k) {
+            const auto v = detail::to_const_view(X[k]);
+            if (v.rows == 0) continue;
+            detail::mmap(xp + off[k] * cfg_.n_in, v.rows, cfg_.n_in) = v.map();
+        }
+    }
+
+    // out [N, h + bias] = relu(xp Wh^T + b), with the trailing column of ones.
+    void project(const T* xp, std::size_t N, const tensor<T, 2>& w, const tensor<T, 1>& b, bool bias, T* out) const
+    {
+        if (N == 0) return;
+        const std::size_t h = cfg_.hidden, width = h + (bias ? 1 : 0);
+        auto o = detail::mmap(out, N, width);
+        Eigen::Map<const row_matrix<T>> wm(w.data(), static_cast<Eigen::Index>(h), static_cast<Eigen::Index>(cfg_.n_in));
+        Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>> bv(b.data(), static_cast<Eigen::Index>(h));
+        auto left = o.leftCols(static_cast<Eigen::Index>(h));
+        left.noalias() = detail::cmap(xp, N, cfg_.n_in) * wm.transpose();
+        left = (left.rowwise() + bv).cwiseMax(T(0));
+        if (bias) o.col(static_cast<Eigen::Index>(h)).setOnes();
+    }
+
+    // One mask per split and feature, shared over the split's tokens; kept
+    // units scaled by 1 / (1 - p).
+    void dropout(T* a, std::size_t width, const std::size_t* off, std::size_t count)
+    {
+        const double p = cfg_.dropout;
+        const T scale = static_cast<T>(1.0 / (1.0 - p));
+        tracked_vector<T> mask(cfg_.hidden);
+        for (std::size_t k = 0; k < count; ++k) {
+            for (auto& m : mask) m = detail::uniform01(rng_) < p ? T(0) : scale;
+            for (std::size_t r = off[k]; r < off[k + 1]; ++r) {
+                for (std::size_t j = 0; j < cfg_.hidden; ++j) a[r * width + j] *= mask[j];
+            }
+        }
+    }
+
+    template <class Items, class Dest, class Done>
+    void predict_into(const Items& X, Dest&& dest, Done&& done) const
+    {
+        check_items(X);
+        const std::size_t count = X.size(), o = cfg_.labels;
+        scratch<std::size_t> off(count + 1);
+        const std::size_t N = fill_offsets(X, off.data());
+        const std::size_t n_xp = detail::to_index_size(detail::checked_mul(N, cfg_.n_in, "packed input"), "packed input");
+        scratch<T> xp(n_xp);
+        scratch<T> u(N * hu());
+        scratch<T> v(N * hv());
+        scratch<T> t(detail::to_index_size(detail::checked_product("packed T", N, o, hv()), "packed T"));
+        gather(X, off.data(), xp.data());
+        project(xp.data(), N, wh_, bh_, cfg_.bias_u, u.data());
+        project(xp.data(), N, wd_, bd_, cfg_.bias_v, v.data());
+        if (N != 0) {
+            detail::bilinear_left<T>(detail::cmap(u.data(), N, hu()), w_.data(), o, hv(),
+                                     detail::mmap(t.data(), N, o * hv()));
+        }
+        for (std::size_t k = 0; k < count; ++k) {
+            const std::size_t n = off[k + 1] - off[k];
+            score_view<T> s = dest(k, n);
+            detail::bilinear_right<T>(detail::cmap(v.data() + off[k] * hv(), n, hv()),
+                                      t.data() + off[k] * o * hv(), o, s);
+            done(k, s);
+        }
+    }
+
+    template <class Items, class Dest>
+    backprop_type forward_into(const Items& X, mode m, Dest&& dest)
+    {
+        check_items(X);
+        const std::size_t count = X.size(), o = cfg_.labels;
+        tracked_vector<std::size_t> off(count + 1);
+        const std::size_t N = fill_offsets(X, off.data());
+        tracked_vector<seq_view<const T>> views(count);
+        for (std::size_t k = 0; k < count; ++k) views[k] = detail::to_const_view(X[k]);
+        tensor<T, 2> u = tensor<T, 2>::from_shape({N, hu()});
+        tensor<T, 2> v = tensor<T, 2>::from_shape({N, hv()});
+        tensor<T, 2> t = tensor<T, 2>::from_shape({N, o * hv()});
+        {
+            scratch<T> xp(detail::to_index_size(detail::checked_mul(N, cfg_.n_in, "packed input"), "packed input"));
+            gather(X, off.data(), xp.data());
+            project(xp.data(), N, wh_, bh_, cfg_.bias_u, u.data());
+            project(xp.data(), N, wd_, bd_, cfg_.bias_v, v.data());
+        }
+        const bool train = m == mode::train;
+        if (train && cfg_.dropout > 0.0) {
+            dropout(u.data(), hu(), off.data(), count);
+            dropout(v.data(), hv(), off.data(), count);
+        }
+        if (N != 0) {
+            detail::bilinear_left<T>(detail::cmap(u.data(), N, hu()), w_.data(), o, hv(),
+                                     detail::mmap(t.data(), N, o * hv()));
+        }
+        // Softmax outputs are kept for backward (train only), packed by split.
+        tracked_vector<std::size_t> y_off(train ? count + 1 : 0);
+        tensor<T, 1> ys;
+        if (train) {
+            std::uint64_t total = 0;
+            for (std::size_t k = 0; k < count; ++k) {
+                y_off[k] = static_cast<std::size_t>(total);
+                const std::size_t n = off[k + 1] - off[k];
+                total = detail::checked_add(total, detail::checked_product("saved scores", n, n, o), "saved scores");
+            }
+            y_off[count] = static_cast<std::size_t>(total);
+            ys = tensor<T, 1>::from_shape({detail::to_index_size(total, "saved scores")});
+        }
+        for (std::size_t k = 0; k < count; ++k) {
+            const std::size_t n = off[k + 1] - off[k];
+            score_view<T> s = dest(k, n);
+            detail::bilinear_right<T>(detail::cmap(v.data() + off[k] * hv(), n, hv()), t.data() + off[k] * o * hv(),
+                                      o, s);
+            if (train) {
+                detail::softmax_last_axis(s);
+                detail::mmap(ys.data() + y_off[k], n, n * o) = s.map();
+            }
+        }
+        const T scale = train && cfg_.dropout > 0.0 ? static_cast<T>(1.0 / (1.0 - cfg_.dropout)) : T(1);
+        return backprop_type([this, off = std::move(off), views = std::move(views), u = std::move(u),
+                              v = std::move(v), t = std::move(t), y_off = std::move(y_off), ys = std::move(ys),
+                              scale](span<const score_view<const T>> dY, span<const seq_view<T>> dX) {
+            backward(off, views, u, v, t, y_off, ys, scale, dY, dX);
+        });
+    }
+
+    void backward(const tracked_vector<std::size_t>& off, const tracked_vector<seq_view<const T>>& views,
+                  const tensor<T, 2>& u, const tensor<T, 2>& v, const tensor<T, 2>& t,
+                  const tracked_vector<std::size_t>& y_off, const tensor<T, 1>& ys, T scale,
+                  span<const score_view<const T>> dY, span<const seq_view<T>> dX)
+    {
+        const std::size_t count = views.size(), o = cfg_.labels, h = cfg_.hidden, n_in = cfg_.n_in;
+        if (dY.size() != count || dX.size() != count) {
+            throw shape_error(detail::msg("scorer backprop: expected ", count, " split gradients, got ", dY.size(),
+                                          " score gradients and ", dX.size(), " input gradient slots"));
+        }
+        std::size_t max_n = 0;
+        for (std::size_t k = 0; k < count; ++k) {
+            const std::size_t n = views[k].rows;
+            max_n = std::max(max_n, n);
+            if (dY[k].n != n || dY[k].labels != o) {
+                throw shape_error(detail::msg("scorer backprop: split ", k, ": expected a gradient of [", n, ", ", n,
+                                              ", ", o, "], got [", dY[k].n, ", ", dY[k].n, ", ", dY[k].labels, "]"));
+            }
+            if (dX[k].rows != n || dX[k].cols != n_in) {
+                throw shape_error(detail::msg("scorer backprop: split ", k, ": input gradient slot is [", dX[k].rows,
+                                              ", ", dX[k].cols, "], expected [", n, ", ", n_in, "]"));
+            }
+        }
+        const std::size_t N = off[count];
+        const bool softmax = !y_off.empty();
+        scratch<T> dt(N * o * hv());
+        scratch<T> dv(N * hv());
+        scratch<T> du(N * hu());
+        scratch<T> ds(softmax ? max_n * max_n * o : 0);
+        scratch<T> xp(N * n_in);
+        for (std::size_t k = 0; k < count; ++k) {
+            const std::size_t n = views[k].rows;
+            score_view<const T> g = dY[k];
+            if (softmax) {
+                score_view<T> d{ds.data(), n, o, static_cast<std::ptrdiff_t>(n * o)};
+                detail::softmax_backward<T>({ys.data() + y_off[k], n, o, static_cast<std::ptrdiff_t>(n * o)}, g, d);
+                g = {d.data, n, o, d.row_stride};
+            }
+            detail::bilinear_right_backward<T>(detail::cmap(v.data() + off[k] * hv(), n, hv()),
+                                               t.data() + off[k] * o * hv(), o, g,
+                                               detail::mmap(dv.data() + off[k] * hv(), n, hv()),
+                                               dt.data() + off[k] * o * hv());
+        }
+        if (N == 0) return;
+        detail::bilinear_left_backward<T>(detail::cmap(u.data(), N, hu()), w_.data(), o, hv(),
+                                          detail::cmap(dt.data(), N, o * hv()), detail::mmap(du.data(), N, hu()),
+                                          dw_.data());
+        // Through relu and dropout: a unit passed gradient iff it came out positive.
+        auto dzu = detail::mmap(du.data(), N, hu()).leftCols(static_cast<Eigen::Index>(h));
+        auto dzv = detail::mmap(dv.data(), N, hv()).leftCols(static_cast<Eigen::Index>(h));
+        const auto uh = detail::cmap(u.data(), N, hu()).leftCols(static_cast<Eigen::Index>(h));
+        const auto vh = detail::cmap(v.data(), N, hv()).leftCols(static_cast<Eigen::Index>(h));
+        dzu = (uh.array() > T(0)).select(dzu * scale, T(0));
+        dzv = (vh.array() > T(0)).select(dzv * scale, T(0));
+        gather(views, off.data(), xp.data());
+        auto x = detail::cmap(xp.data(), N, n_in);
+        Eigen::Map<row_matrix<T>> dwh(dwh_.data(), static_cast<Eigen::Index>(h), static_cast<Eigen::Index>(n_in));
+        Eigen::Map<row_matrix<T>> dwd(dwd_.data(), static_cast<Eigen::Index>(h), static_cast<Eigen::Index>(n_in));
+        Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> dbh(dbh_.data(), static_cast<Eigen::Index>(h));
+        Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> dbd(dbd_.data(), static_cast<Eigen::Index>(h));
+        dwh.noalias() += dzu.transpose() * x;
+        dwd.noalias() += dzv.transpose() * x;
+        dbh += dzu.colwise().sum();
+        dbd += dzv.colwise().sum();
+        // dX = dZu Wh + dZv Wd, into the packed buffer X no longer needs.
+        Eigen::Map<const row_matrix<T>> wh(wh_.data(), static_cast<Eigen::Index>(h), static_cast<Eigen::Index>(n_in));
+        Eigen::Map<const row_matrix<T>> wd(wd_.data(), static_cast<Eigen::Index>(h), static_cast<Eigen::Index>(n_in));
+        auto dxp = detail::mmap(xp.data(), N, n_in);
+        dxp.noalias() = dzu * wh;
+        dxp.noalias() += dzv * wd;
+        for (std::size_t k = 0; k < count; ++k) {
+            const std::size_t n = views[k].rows;
+            if (n == 0) continue;
+            dX[k].map() = dxp.middleRows(static_cast<Eigen::Index>(off[k]), static_cast<Eigen::Index>(n));
+        }
+    }
+
+    scorer_config cfg_;
+    std::mt19937_64 rng_;
+    tensor<T, 2> wh_, wd_;
+    tensor<T, 1> bh_, bd_;
+    tensor<T, 3> w_;
+    tensor<T, 2> dwh_, dwd_;
+    tensor<T, 1> dbh_, dbd_;
+    tensor<T, 3> dw_;
+};
+
+}  // namespace biaffine

@@ -1,0 +1,233 @@
+// biaffine/with_minibatch_by_padded_size.hpp - run an inner layer batch by batch under a budget.
+//
+// Takes a split list, plans batches buffer by buffer (biaffine/batching.hpp),
+// calls the inner layer once per batch and puts outputs, and in backprop the
+// input gradients, back in input order. Its own bookkeeping is O(buffer), not
+// O(splits), and is paid out of a byte budget before batches are planned, so
+// "working set <= budget" holds for the whole call, not just per batch.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "biaffine/backprop.hpp"
+#include "biaffine/detail/counter.hpp"
+#include "biaffine/batching.hpp"
+#include "biaffine/errors.hpp"
+#include "biaffine/scorer.hpp"
+#include "biaffine/tensor.hpp"
+#include "biaffine/workspace.hpp"
+
+namespace biaffine {
+
+/// Options of with_minibatch_by_padded_size.
+struct batch_options {
+    std::size_t buffer = 256;                            ///< items sorted together
+    oversize_policy oversize = oversize_policy::run_alone; ///< a split whose cost alone exceeds the budget
+};
+
+/// See the file comment. `Inner` is a split-list layer: `predict`,
+/// `predict_stream`, `forward`, `cost`, `n_in`, `labels`, `score_shape`
+/// (biaffine_scorer, with_pad_seq_unpad_matrix, or your own).
+template <class Inner>
+class with_minibatch_by_padded_size_layer {
+    using inner_type = std::remove_reference_t<Inner>;
+
+public:
+    using value_type = typename inner_type::value_type;
+    using T = value_type;
+    using backprop_type = split_backprop<T>;
+
+    with_minibatch_by_padded_size_layer(Inner&& inner, budget b, batch_options opts = {})
+        : inner_(std::forward<Inner>(inner)), budget_(b), opts_(opts)
+    {
+        if (b.value == 0) throw budget_error("with_minibatch_by_padded_size: the budget must be positive, got 0");
+        if (opts.buffer == 0) throw budget_error("with_minibatch_by_padded_size: buffer must be positive, got 0");
+    }
+
+    inner_type& inner() noexcept { return inner_; }
+    const inner_type& inner() const noexcept { return inner_; }
+    const budget& get_budget() const noexcept { return budget_; }
+    const batch_options& options() const noexcept { return opts_; }
+    std::size_t n_in() const { return inner_.n_in(); }
+    std::size_t labels() const { return inner_.labels(); }
+    auto score_shape(std::size_t n) const { return inner_.score_shape(n); }
+    batch_cost cost(std::size_t count, std::size_t max_len, mode m = mode::eval) const
+    {
+        return inner_.cost(count, max_len, m);
+    }
+
+    /// Splits that exceeded the budget on their own and ran alone, since
+    /// construction (or the last reset).
+    std::uint64_t oversize_count() const noexcept { return oversize_.load(); }
+    /// Batches run since construction (or the last reset).
+    std::uint64_t batch_count() const noexcept { return batches_.load(); }
+    void reset_counts() noexcept
+    {
+        oversize_ = 0;
+        batches_ = 0;
+    }
+
+    /// Bytes of this layer's own bookkeeping for `n_items` items: paid out of
+    /// a byte budget before planning.
+    std::uint64_t bookkeeping_bytes(std::size_t n_items) const
+    {
+        const std::uint64_t n = std::min<std::uint64_t>(opts_.buffer, n_items);
+        const std::uint64_t per_item =
+            sizeof(seq_view<const T>) + 2 * sizeof(std::size_t) + sizeof(planned_batch) + sizeof(score_view<const T>);
+        return detail::scratch_bytes<std::byte>(detail::checked_mul(n, per_item, "batch bookkeeping"));
+    }
+
+    /// Scores of every split, in input order: `[n_k, n_k(, o)]` each.
+    template <class Items>
+    score_list<T> predict(const Items& X) const
+    {
+        score_list<T> Y(X.size());
+        run(X, mode::eval, [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t) {
+            score_list<T> Yb = inner_.predict(items);
+            for (std::size_t j = 0; j < items.size(); ++j) Y[index[j]] = std::move(Yb[j]);
+        });
+        return Y;
+    }
+
+    /// Streaming: `sink(k, score_view<const T>)` for every split k (in batch
+    /// order, not input order); each view lives only during its call.
+    template <class Items, class Sink>
+    void predict_stream(const Items& X, Sink&& sink) const
+    {
+        run(X, mode::eval, [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t) {
+            inner_.predict_stream(items, [&](std::size_t j, score_view<const T> s) { sink(index[j], s); });
+        });
+    }
+
+    /// Forward over all splits, batch by batch; the callback runs each
+    /// batch's backprop and scatters input gradients to input order.
+    template <class Items>
+    std::pair<score_list<T>, backprop_type> forward(const Items& X, mode m = mode::train)
+    {
+        const std::size_t n = X.size();
+        score_list<T> Y(n);
+        struct batch_record {
+            std::size_t first;  // into `index`
+            std::size_t count;
+            std::size_t max_len;
+            typename inner_type::backprop_type bp;
+        };
+        tracked_vector<batch_record> records;
+        tracked_vector<std::size_t> index;
+        index.reserve(n);
+        run(X, m, [&](span<const seq_view<const T>> items, span<const std::size_t> idx, std::size_t max_len) {
+            auto [Yb, bp] = inner_.forward(items, m);
+            records.push_back({index.size(), items.size(), max_len, std::move(bp)});
+            for (std::size_t j = 0; j < items.size(); ++j) {
+                Y[idx[j]] = std::move(Yb[j]);
+                index.push_back(idx[j]);
+            }
+        });
+        inner_type* inner = &inner_;
+        backprop_type bp([records = std::move(records), index = std::move(index), n, m,
+                          inner](span<const score_view<const T>> dY, span<const seq_view<T>> dX) mutable {
+            if (dY.size() != n || dX.size() != n) {
+                throw shape_error(detail::msg("with_minibatch_by_padded_size backprop: expected ", n,
+                                              " split gradients, got ", dY.size(), " (and ", dX.size(),
+                                              " input gradient slots)"));
+            }
+            std::size_t widest = 0;
+            for (const batch_record& r : records) widest = std::max(widest, r.count);
+            tracked_vector<score_view<const T>> dYb(widest);
+            tracked_vector<seq_view<T>> dXb(widest);
+            for (batch_record& r : records) {
+                for (std::size_t j = 0; j < r.count; ++j) {
+                    dYb[j] = dY[index[r.first + j]];
+                    dXb[j] = dX[index[r.first + j]];
+                }
+                workspace_scope ws(inner->cost(r.count, r.max_len, m).scratch);
+                r.bp(span<const score_view<const T>>(dYb.data(), r.count), span<const seq_view<T>>(dXb.data(), r.count));
+            }
+        });
+        return {std::move(Y), std::move(bp)};
+    }
+
+private:
+    // Plans every buffer and calls `batch(items, input_indices, max_len)` once
+    // per batch inside a workspace sized by the batch's reported scratch.
+    template <class Items, class Batch>
+    void run(const Items& X, mode m, Batch&& batch) const
+    {
+        const std::size_t n = X.size();
+        if (n == 0) return;
+        const std::size_t nbuf = std::min(opts_.buffer, n);
+        std::uint64_t limit = budget_.value;
+        if (budget_.kind == budget_kind::bytes) {
+            const std::uint64_t own = bookkeeping_bytes(n);
+            if (own >= limit) {
+                throw budget_error(detail::msg("with_minibatch_by_padded_size: a budget of ", limit,
+                                               " bytes does not cover the batcher's own bookkeeping (", own,
+                                               " bytes for a buffer of ", nbuf, ")"));
+            }
+            limit -= own;
+        }
+        auto cost = [&](std::size_t count, std::size_t len) -> std::uint64_t {
+            if (budget_.kind == budget_kind::padded_items) return detail::checked_mul(count, len, "padded size");
+            return inner_.cost(count, len, m).total();
+        };
+        tracked_vector<seq_view<const T>> items(nbuf);
+        tracked_vector<seq_view<const T>> batch_items(nbuf);
+        tracked_vector<std::size_t> lengths(nbuf);
+        tracked_vector<std::size_t> order(nbuf);
+        tracked_vector<std::size_t> global(nbuf);
+        tracked_vector<planned_batch> plan(nbuf);
+        for (std::size_t begin = 0; begin < n; begin += nbuf) {
+            const std::size_t count = std::min(nbuf, n - begin);
+            for (std::size_t i = 0; i < count; ++i) {
+                items[i] = detail::to_const_view(X[begin + i]);
+                lengths[i] = items[i].rows;
+            }
+            const std::size_t nb = detail::plan_buffer(span<const std::size_t>(lengths.data(), count), limit, cost,
+                                                       span<std::size_t>(order.data(), count),
+                                                       span<planned_batch>(plan.data(), count));
+            for (std::size_t b = 0; b < nb; ++b) {
+                const planned_batch& pb = plan[b];
+                if (pb.oversize) {
+                    if (opts_.oversize == oversize_policy::throw_error) {
+                        const std::size_t k = begin + order[pb.first];
+                        throw budget_error(detail::msg("with_minibatch_by_padded_size: split ", k, " of length ",
+                                                       pb.max_len, " costs ", cost(1, pb.max_len),
+                                                       " alone, over the budget of ", limit,
+                                                       budget_.kind == budget_kind::bytes ? " bytes" : " padded items",
+                                                       " (oversize policy: throw)"));
+                    }
+                    ++oversize_;
+                }
+                for (std::size_t j = 0; j < pb.count; ++j) {
+                    const std::size_t pos = order[pb.first + j];
+                    batch_items[j] = items[pos];
+                    global[j] = begin + pos;
+                }
+                ++batches_;
+                workspace_scope ws(inner_.cost(pb.count, pb.max_len, m).scratch);
+                batch(span<const seq_view<const T>>(batch_items.data(), pb.count),
+                      span<const std::size_t>(global.data(), pb.count), pb.max_len);
+            }
+        }
+    }
+
+    Inner inner_;
+    budget budget_;
+    batch_options opts_;
+    mutable detail::counter oversize_;
+    mutable detail::counter batches_;
+};
+
+/// Factory: `with_minibatch_by_padded_size(inner, budget::bytes(16 << 20))`.
+/// An lvalue inner layer is held by reference (it must outlive this layer:
+/// the usual way to keep a scorer you train and save); an rvalue is moved in.
+template <class Inner>
+auto with_minibatch_by_padded_size(Inner&& inner, budget b, batch_options opts = {})
+{
+    return with_minibatch_by_padded_size_layer<Inner>(std::forward<Inner>(inner), b, opts);
+}
+
+}  // namespace biaffine

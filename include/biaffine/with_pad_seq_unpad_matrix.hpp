@@ -1,0 +1,199 @@
+// biaffine/with_pad_seq_unpad_matrix.hpp - pad a batch of splits, unpad the score matrices.
+//
+// Adapts a layer with the reference (padded) interface - `[count, L, n_in]`
+// plus lengths in, `[count, L, L(, o)]` out - to a split list. Forward pads
+// the sequences (zeros past each length), calls the inner layer, and unpads
+// the output in two dimensions back to one `[n, n(, o)]` matrix per split.
+// Backprop pads the matrix gradients (zeros outside each split) and unpads the
+// sequence gradients. It reports its working set (padded input, the inner
+// layer's, the padded output) so a byte budget accounts for all of it.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include <xtensor/xadapt.hpp>
+
+#include "biaffine/backprop.hpp"
+#include "biaffine/detail/checked.hpp"
+#include "biaffine/errors.hpp"
+#include "biaffine/scorer.hpp"
+#include "biaffine/tensor.hpp"
+#include "biaffine/workspace.hpp"
+
+namespace biaffine {
+
+/// See the file comment. `Inner` has `predict_padded(x, lengths)`,
+/// `forward_padded(x, lengths, mode)`, `padded_cost`, `n_in`, `labels`,
+/// `score_shape` (biaffine_scorer does).
+template <class Inner>
+class with_pad_seq_unpad_matrix_layer {
+    using inner_type = std::remove_reference_t<Inner>;
+
+public:
+    using value_type = typename inner_type::value_type;
+    using T = value_type;
+    using backprop_type = split_backprop<T>;
+
+    explicit with_pad_seq_unpad_matrix_layer(Inner&& inner) : inner_(std::forward<Inner>(inner)) {}
+
+    inner_type& inner() noexcept { return inner_; }
+    const inner_type& inner() const noexcept { return inner_; }
+    std::size_t n_in() const { return inner_.n_in(); }
+    std::size_t labels() const { return inner_.labels(); }
+    auto score_shape(std::size_t n) const { return inner_.score_shape(n); }
+
+    /// Working set of a batch: padded input and lengths (scratch), the inner
+    /// layer's own, its padded output (heap), the unpadded outputs.
+    batch_cost cost(std::size_t count, std::size_t max_len, mode m = mode::eval) const
+    {
+        using detail::checked_add;
+        const batch_cost in = inner_.padded_cost(count, max_len, m);
+        const std::uint64_t x =
+            detail::scratch_bytes<T>(detail::checked_product("padded batch", count, max_len, inner_.n_in()));
+        const std::uint64_t lens = detail::scratch_bytes<std::int64_t>(count);
+        batch_cost c;
+        c.outputs = detail::checked_product("padded batch", count, max_len, max_len, inner_.labels(), sizeof(T));
+        c.heap = checked_add(in.heap, in.outputs, "padded batch");
+        if (m == mode::eval) {
+            c.scratch = checked_add(checked_add(in.scratch, x, "padded batch"), lens, "padded batch");
+            return c;
+        }
+        // Train: the padded input is kept (the inner layer holds views of it);
+        // backward builds the padded dY and gets a padded dX back.
+        c.saved = checked_add(checked_add(in.saved, x, "padded batch"),
+                              detail::checked_mul(count, sizeof(std::size_t), "padded batch"), "padded batch");
+        c.scratch = checked_add(in.scratch, lens, "padded batch");
+        c.heap = checked_add(c.heap, checked_add(in.outputs, x, "padded batch"), "padded batch");
+        return c;
+    }
+
+    /// Scores of every split, `[n_k, n_k(, o)]`, through one padded call.
+    template <class Items>
+    score_list<T> predict(const Items& X) const
+    {
+        score_list<T> Y;
+        Y.reserve(X.size());
+        predict_stream(X, [&](std::size_t, score_view<const T> s) {
+            score_tensor<T> y(inner_.score_shape(s.n));
+            if (s.n != 0) {
+                detail::mmap(y.data(), s.n, s.n * s.labels) = s.map();
+            }
+            Y.push_back(std::move(y));
+        });
+        return Y;
+    }
+
+    /// Streaming: `sink(k, view)` per split, views into the padded output.
+    template <class Items, class Sink>
+    void predict_stream(const Items& X, Sink&& sink) const
+    {
+        const std::size_t count = X.size(), L = max_len(X), n_in = inner_.n_in(), o = inner_.labels();
+        scratch<T> xp(padded_size(count, L));
+        scratch<std::int64_t> lens(count);
+        pad(X, L, xp.data(), lens.data());
+        auto x = xt::adapt(xp.data(), xp.size(), xt::no_ownership(), std::array<std::size_t, 3>{count, L, n_in});
+        const score_array<T> y = inner_.predict_padded(x, span<const std::int64_t>(lens.data(), count));
+        for (std::size_t k = 0; k < count; ++k) {
+            sink(k, score_view<const T>{y.data() + k * L * L * o, X[k].rows, o, static_cast<std::ptrdiff_t>(L * o)});
+        }
+    }
+
+    /// Forward through the padded inner layer; the callback pads the score
+    /// gradients and unpads the input gradients.
+    template <class Items>
+    std::pair<score_list<T>, backprop_type> forward(const Items& X, mode m = mode::train)
+    {
+        const std::size_t count = X.size(), L = max_len(X), n_in = inner_.n_in(), o = inner_.labels();
+        tensor<T, 3> x = tensor<T, 3>::from_shape({count, L, n_in});
+        tracked_vector<std::int64_t> lens(count);
+        pad(X, L, x.data(), lens.data());
+        auto [y, inner_bp] = inner_.forward_padded(x, lens, m);
+        score_list<T> Y;
+        Y.reserve(count);
+        for (std::size_t k = 0; k < count; ++k) {
+            const std::size_t n = X[k].rows;
+            score_tensor<T> yk(inner_.score_shape(n));
+            if (n != 0) {
+                detail::mmap(yk.data(), n, n * o) =
+                    score_view<const T>{y.data() + k * L * L * o, n, o, static_cast<std::ptrdiff_t>(L * o)}.map();
+            }
+            Y.push_back(std::move(yk));
+        }
+        auto shape = y.shape();
+        backprop_type bp([x = std::move(x), lens = std::move(lens), inner_bp = std::move(inner_bp), shape, L, o,
+                          n_in](span<const score_view<const T>> dY, span<const seq_view<T>> dX) mutable {
+            const std::size_t count = lens.size();
+            if (dY.size() != count || dX.size() != count) {
+                throw shape_error(detail::msg("with_pad_seq_unpad_matrix backprop: expected ", count,
+                                              " split gradients, got ", dY.size()));
+            }
+            score_array<T> dy = xt::zeros<T>(shape);
+            for (std::size_t k = 0; k < count; ++k) {
+                const std::size_t n = static_cast<std::size_t>(lens[k]);
+                if (dY[k].n != n || dY[k].labels != o) {
+                    throw shape_error(detail::msg("with_pad_seq_unpad_matrix backprop: split ", k,
+                                                  ": expected a gradient of [", n, ", ", n, ", ", o, "], got [",
+                                                  dY[k].n, ", ", dY[k].n, ", ", dY[k].labels, "]"));
+                }
+                if (n != 0) {
+                    score_view<T>{dy.data() + k * L * L * o, n, o, static_cast<std::ptrdiff_t>(L * o)}.map() =
+                        dY[k].map();
+                }
+            }
+            const tensor<T, 3> dx = inner_bp(dy);
+            for (std::size_t k = 0; k < count; ++k) {
+                const std::size_t n = static_cast<std::size_t>(lens[k]);
+                if (n != 0) dX[k].map() = detail::cmap(dx.data() + k * L * n_in, n, n_in);
+            }
+        });
+        return {std::move(Y), std::move(bp)};
+    }
+
+private:
+    template <class Items>
+    std::size_t max_len(const Items& X) const
+    {
+        std::size_t L = 0;
+        for (std::size_t k = 0; k < X.size(); ++k) {
+            if (X[k].cols != inner_.n_in()) {
+                throw shape_error(detail::msg("with_pad_seq_unpad_matrix: split ", k, " has width ", X[k].cols,
+                                              ", the inner layer expects n_in = ", inner_.n_in()));
+            }
+            L = std::max(L, X[k].rows);
+        }
+        return L;
+    }
+
+    std::size_t padded_size(std::size_t count, std::size_t L) const
+    {
+        return detail::to_index_size(detail::checked_product("padded batch", count, L, inner_.n_in()), "padded batch");
+    }
+
+    template <class Items>
+    void pad(const Items& X, std::size_t L, T* xp, std::int64_t* lens) const
+    {
+        const std::size_t n_in = inner_.n_in();
+        for (std::size_t k = 0; k < X.size(); ++k) {
+            const auto v = detail::to_const_view(X[k]);
+            T* dst = xp + k * L * n_in;
+            if (v.rows != 0) detail::mmap(dst, v.rows, n_in) = v.map();
+            std::fill(dst + v.rows * n_in, dst + L * n_in, T(0));
+            lens[k] = static_cast<std::int64_t>(v.rows);
+        }
+    }
+
+    Inner inner_;
+};
+
+/// Factory: `with_pad_seq_unpad_matrix(scorer)`. An lvalue is held by
+/// reference (it must outlive the layer), an rvalue moved in.
+template <class Inner>
+auto with_pad_seq_unpad_matrix(Inner&& inner)
+{
+    return with_pad_seq_unpad_matrix_layer<Inner>(std::forward<Inner>(inner));
+}
+
+}  // namespace biaffine

@@ -1,0 +1,303 @@
+// biaffine/with_splits.hpp - documents in, one score matrix per split out.
+//
+// Input: per-document token representations (`[n_tokens, n_in]`, xtensor or
+// Eigen, float or double, any strides) and each document's split lengths. The
+// inner layer gets the flat list of splits as views into the documents (no
+// copy). Output: one `[n, n(, o)]` matrix per split, documents in order and
+// splits in order inside each: splits differ in size, so the matrices cannot
+// be concatenated per document. Backprop takes per-split gradients and returns
+// per-document `dX [n_tokens, n_in]` - not symmetric, on purpose.
+//
+// The split list is computed lazily from the lengths (a cursor, not an array),
+// so inference keeps O(documents) bookkeeping however many splits there are.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <utility>
+
+#include "biaffine/backprop.hpp"
+#include "biaffine/detail/checked.hpp"
+#include "biaffine/errors.hpp"
+#include "biaffine/scorer.hpp"
+#include "biaffine/tensor.hpp"
+
+namespace biaffine {
+
+namespace detail {
+
+template <class R>
+std::size_t range_size(const R& r)
+{
+    return static_cast<std::size_t>(std::distance(std::begin(r), std::end(r)));
+}
+
+template <class I>
+std::size_t checked_length(I v, std::size_t doc, std::size_t split)
+{
+    if constexpr (std::is_signed<I>::value) {
+        if (v < 0) {
+            throw length_error(msg("document ", doc, ", split ", split, ": negative length ", v));
+        }
+    }
+    return static_cast<std::size_t>(v);
+}
+
+}  // namespace detail
+
+/// The flat list of splits of a set of documents, as `[n, n_in]` views in
+/// document order. It reads the caller's split lengths (`Lengths`: a range of
+/// per-document integer ranges) through a cursor, so sequential access is O(1)
+/// and nothing is stored per split: a pass over a million splits allocates
+/// nothing.
+template <class T, class Lengths>
+class split_sequence {
+    using outer_iter = decltype(std::begin(std::declval<const Lengths&>()));
+    using inner_iter = decltype(std::begin(*std::declval<outer_iter>()));
+
+public:
+    split_sequence(span<const seq_view<const T>> docs, const Lengths& lengths, span<const std::size_t> first_split)
+        : docs_(docs), lengths_(&lengths), first_(first_split)
+    {
+        rewind(0);
+    }
+
+    std::size_t size() const noexcept { return first_.empty() ? 0 : first_[first_.size() - 1]; }
+
+    /// Split k as a view into its document.
+    seq_view<const T> operator[](std::size_t k) const
+    {
+        seek(k);
+        return docs_[doc_].rows_view(row_, static_cast<std::size_t>(*len_));
+    }
+
+    /// The document split k belongs to.
+    std::size_t document_of(std::size_t k) const
+    {
+        seek(k);
+        return doc_;
+    }
+
+private:
+    void rewind(std::size_t doc) const
+    {
+        doc_ = doc;
+        outer_ = std::next(std::begin(*lengths_), static_cast<std::ptrdiff_t>(doc));
+        k_ = first_[doc];
+        row_ = 0;
+        skip_finished_documents();
+    }
+    void skip_finished_documents() const
+    {
+        while (doc_ + 1 < docs_.size() && k_ >= first_[doc_ + 1]) {
+            ++doc_;
+            ++outer_;
+            row_ = 0;
+        }
+        if (doc_ < docs_.size() && k_ < first_[doc_ + 1]) {
+            len_ = std::next(std::begin(*outer_), static_cast<std::ptrdiff_t>(k_ - first_[doc_]));
+        }
+    }
+    void seek(std::size_t k) const
+    {
+        if (k < k_) {
+            rewind(static_cast<std::size_t>(std::upper_bound(first_.begin(), first_.end(), k) - first_.begin()) - 1);
+        }
+        while (k_ < k) {
+            row_ += static_cast<std::size_t>(*len_);
+            ++k_;
+            if (k_ < first_[doc_ + 1]) {
+                ++len_;
+            } else {
+                skip_finished_documents();
+            }
+        }
+    }
+
+    span<const seq_view<const T>> docs_;
+    const Lengths* lengths_;
+    span<const std::size_t> first_;  // first split index of each document, n_docs + 1 entries
+    mutable std::size_t k_ = 0, doc_ = 0, row_ = 0;
+    mutable outer_iter outer_{};
+    mutable inner_iter len_{};
+};
+
+/// See the file comment. `Inner` is a split-list layer.
+template <class Inner>
+class with_splits_layer {
+    using inner_type = std::remove_reference_t<Inner>;
+
+public:
+    using value_type = typename inner_type::value_type;
+    using T = value_type;
+    /// Per-document input gradients `[n_tokens, n_in]`.
+    using doc_grads = tracked_vector<tensor<T, 2>>;
+    using backprop_type = backprop_fn<doc_grads(span<const score_view<const T>>)>;
+
+    explicit with_splits_layer(Inner&& inner) : inner_(std::forward<Inner>(inner)) {}
+
+    inner_type& inner() noexcept { return inner_; }
+    const inner_type& inner() const noexcept { return inner_; }
+    std::size_t n_in() const { return inner_.n_in(); }
+    std::size_t labels() const { return inner_.labels(); }
+
+    /// Scores of every split of every document: `[n, n(, o)]` each, documents
+    /// in order, splits in order inside each. `docs[d]` is `[n_tokens_d,
+    /// n_in]`; `split_lengths[d]` sums to n_tokens_d.
+    template <class Docs, class Lengths>
+    score_list<T> predict(const Docs& docs, const Lengths& split_lengths) const
+    {
+        prepared p = prepare(docs, split_lengths);
+        return inner_.predict(p.sequence(split_lengths));
+    }
+
+    /// Streaming: `sink(split_index, doc_index, score_view<const T>)` per
+    /// split (in batch order when the inner layer batches); the view is valid
+    /// only during the call. Nothing is kept per split.
+    template <class Docs, class Lengths, class Sink>
+    void predict_stream(const Docs& docs, const Lengths& split_lengths, Sink&& sink) const
+    {
+        prepared p = prepare(docs, split_lengths);
+        inner_.predict_stream(p.sequence(split_lengths), [&](std::size_t k, score_view<const T> s) { sink(k, p.document_of(k), s); });
+    }
+
+    /// Training forward: the per-split scores and a callback that takes
+    /// per-split gradients (a range of `[n, n(, o)]` arrays, or views) and
+    /// returns per-document `dX`. Documents must outlive the callback.
+    template <class Docs, class Lengths>
+    std::pair<score_list<T>, backprop_type> forward(const Docs& docs, const Lengths& split_lengths,
+                                                    mode m = mode::train)
+    {
+        prepared p = prepare(docs, split_lengths);
+        auto [Y, inner_bp] = inner_.forward(p.sequence(split_lengths), m);
+        const std::size_t n_in = inner_.n_in(), o = inner_.labels();
+        // Training keeps the flat lengths for backward (the caller's may be gone).
+        tracked_vector<std::size_t> lengths;
+        lengths.reserve(p.first.back());
+        for (const auto& ls : split_lengths) {
+            for (const auto& len : ls) lengths.push_back(static_cast<std::size_t>(len));
+        }
+        backprop_type bp([p = std::move(p), lengths = std::move(lengths), inner_bp = std::move(inner_bp), n_in,
+                          o](span<const score_view<const T>> dY) mutable {
+            const std::size_t n_splits = lengths.size(), n_docs = p.docs.size();
+            if (dY.size() != n_splits) {
+                throw shape_error(detail::msg("with_splits backprop: expected ", n_splits, " split gradients, got ",
+                                              dY.size()));
+            }
+            for (std::size_t k = 0; k < n_splits; ++k) {
+                if (dY[k].n != lengths[k] || dY[k].labels != o) {
+                    throw shape_error(detail::msg("with_splits backprop: split ", k, " (document ",
+                                                  p.document_of(k), "): expected a gradient of [", lengths[k], ", ",
+                                                  lengths[k], ", ", o, "], got [", dY[k].n, ", ", dY[k].n, ", ",
+                                                  dY[k].labels, "]"));
+                }
+            }
+            doc_grads dX;
+            dX.reserve(n_docs);
+            for (std::size_t d = 0; d < n_docs; ++d) {
+                dX.push_back(xt::zeros<T>({p.docs[d].rows, n_in}));
+            }
+            tracked_vector<seq_view<T>> slots(n_splits);
+            for (std::size_t d = 0, k = 0; d < n_docs; ++d) {
+                std::size_t row = 0;
+                for (; k < p.first[d + 1]; ++k) {
+                    slots[k] = {dX[d].data() + row * n_in, lengths[k], n_in, static_cast<std::ptrdiff_t>(n_in), 1};
+                    row += lengths[k];
+                }
+            }
+            inner_bp(dY, span<const seq_view<T>>(slots.data(), n_splits));
+            return dX;
+        });
+        return {std::move(Y), std::move(bp)};
+    }
+
+    /// Convenience: backprop from owning per-split gradient arrays (e.g. a
+    /// score_list of the output's shapes).
+    template <class Grads>
+    static tracked_vector<score_view<const T>> grad_views(const Grads& dY)
+    {
+        tracked_vector<score_view<const T>> v;
+        v.reserve(detail::range_size(dY));
+        std::size_t k = 0;
+        for (const auto& g : dY) {
+            try {
+                v.push_back(as_score_view(g));
+            } catch (const shape_error& e) {
+                throw shape_error(detail::msg("split gradient ", k, ": ", e.what()));
+            }
+            ++k;
+        }
+        return v;
+    }
+
+private:
+    // Document views, flattened split lengths and each document's first split.
+    struct prepared {
+        tracked_vector<seq_view<const T>> docs;
+        tracked_vector<std::size_t> first;
+        template <class Lengths>
+        split_sequence<T, Lengths> sequence(const Lengths& lengths) const
+        {
+            return split_sequence<T, Lengths>(span<const seq_view<const T>>(docs.data(), docs.size()), lengths,
+                                              span<const std::size_t>(first.data(), first.size()));
+        }
+        std::size_t document_of(std::size_t k) const
+        {
+            return static_cast<std::size_t>(std::upper_bound(first.begin(), first.end(), k) - first.begin()) - 1;
+        }
+    };
+
+    template <class Docs, class Lengths>
+    prepared prepare(const Docs& docs, const Lengths& split_lengths) const
+    {
+        const std::size_t n_docs = detail::range_size(docs);
+        if (detail::range_size(split_lengths) != n_docs) {
+            throw shape_error(detail::msg("with_splits: ", n_docs, " documents but ",
+                                          detail::range_size(split_lengths), " lists of split lengths"));
+        }
+        prepared p;
+        p.docs.reserve(n_docs);
+        p.first.reserve(n_docs + 1);
+        std::size_t n_splits = 0;
+        auto lit = std::begin(split_lengths);
+        std::size_t d = 0;
+        for (const auto& doc : docs) {
+            seq_view<const T> v = as_const_view(doc);
+            if (v.cols != inner_.n_in()) {
+                throw shape_error(detail::msg("with_splits: document ", d, " has width ", v.cols,
+                                              ", the scorer expects n_in = ", inner_.n_in()));
+            }
+            p.first.push_back(n_splits);
+            std::uint64_t sum = 0;
+            std::size_t s = 0;
+            for (const auto& len : *lit) {
+                const std::size_t n = detail::checked_length(len, d, s++);
+                sum = detail::checked_add(sum, n, "split lengths");
+                ++n_splits;
+            }
+            if (sum != v.rows) {
+                throw shape_error(detail::msg("with_splits: document ", d, ": split lengths sum to ", sum,
+                                              " but the document has ", v.rows, " rows"));
+            }
+            p.docs.push_back(v);
+            ++lit;
+            ++d;
+        }
+        p.first.push_back(n_splits);
+        return p;
+    }
+
+    Inner inner_;
+};
+
+/// Factory: `with_splits(inner)`. An lvalue is held by reference (it must
+/// outlive the layer), an rvalue moved in.
+template <class Inner>
+auto with_splits(Inner&& inner)
+{
+    return with_splits_layer<Inner>(std::forward<Inner>(inner));
+}
+
+}  // namespace biaffine

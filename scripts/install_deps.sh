@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what biaffine needs on Debian 12, only what is missing. Idempotent;
+# needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+need=()
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for p in cmake g++ make libeigen3-dev libxtensor-dev catch2 libbenchmark-dev ${BIAFFINE_EXTRA_PACKAGES:-}; do
+  have_pkg "$p" || need+=("$p")
+done
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "install_deps: installing ${need[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
