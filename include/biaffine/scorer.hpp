@@ -52,6 +52,11 @@ struct scorer_config {
     bool bias_v = true;       ///< append 1 to the dependent side
     double dropout = 0.0;     ///< variational dropout rate in training
     std::uint64_t seed = 0;   ///< parameter initialisation and dropout masks
+    /// Keep nothing but the split views between forward and backward and
+    /// recompute the batch's forward in backward: a training step's extra
+    /// memory is then bounded by the batch budget too, for about 1.5x the
+    /// compute. Gradients are identical.
+    bool recompute_in_backward = false;
 };
 
 /// Memory a batch of `count` splits padded to `max_len` needs, in bytes,
@@ -301,22 +306,30 @@ public:
         const std::uint64_t t = scratch_bytes<T>(detail::checked_product("batch cost", rows, o, hv()));
         const std::uint64_t offsets = scratch_bytes<std::size_t>(detail::checked_add(count, 1, "batch cost"));
         if (m == mode::eval) {
-            c.scratch = detail::checked_add(detail::checked_add(offsets, xp, "batch cost"),
-                                            detail::checked_add(detail::checked_add(u, v, "batch cost"), t, "batch cost"),
-                                            "batch cost");
+            // predict_stream also carves one split's scores (max_len^2 * o).
+            const std::uint64_t one = scratch_bytes<T>(detail::checked_product("batch cost", max_len, max_len, o));
+            c.scratch = detail::checked_add(
+                detail::checked_add(detail::checked_add(offsets, xp, "batch cost"), one, "batch cost"),
+                detail::checked_add(detail::checked_add(u, v, "batch cost"), t, "batch cost"), "batch cost");
             return c;
         }
-        // Train: U, V, T, the softmax outputs and the split views stay for
-        // backward; backward carves dT, dV, dU, one split's dS and X.
-        const std::uint64_t ys = c.outputs;
-        const std::uint64_t views = checked_mul(count, sizeof(seq_view<const T>) + sizeof(std::size_t), "batch cost");
-        c.saved = detail::checked_add(detail::checked_add(detail::checked_add(u, v, "batch cost"), t, "batch cost"),
-                                      detail::checked_add(ys, views, "batch cost"), "batch cost");
-        const std::uint64_t ds = scratch_bytes<T>(detail::checked_product("batch cost", max_len, max_len, o));
-        const std::uint64_t backward = detail::checked_add(
-            detail::checked_add(detail::checked_add(t, v, "batch cost"), u, "batch cost"),
-            detail::checked_add(ds, xp, "batch cost"), "batch cost");
-        c.scratch = std::max(detail::checked_add(offsets, xp, "batch cost"), backward);
+        // Train: the split views and offsets stay for backward, and unless
+        // recomputing, U, V, T and the softmax outputs too. Backward carves
+        // dT, dV, dU, one split's dS and X (and when recomputing U, V, T and
+        // one split's scores again).
+        const std::uint64_t one = scratch_bytes<T>(detail::checked_product("batch cost", max_len, max_len, o));
+        const std::uint64_t views =
+            checked_mul(count, sizeof(seq_view<const T>) + sizeof(std::size_t), "batch cost");
+        const std::uint64_t uvt = detail::checked_add(detail::checked_add(u, v, "batch cost"), t, "batch cost");
+        const std::uint64_t backward = detail::checked_add(detail::checked_add(uvt, one, "batch cost"),
+                                                           detail::checked_add(xp, offsets, "batch cost"), "batch cost");
+        if (cfg_.recompute_in_backward) {
+            c.saved = views;
+            c.scratch = detail::checked_add(backward, detail::checked_add(uvt, one, "batch cost"), "batch cost");
+        } else {
+            c.saved = detail::checked_add(detail::checked_add(uvt, c.outputs, "batch cost"), views, "batch cost");
+            c.scratch = backward;
+        }
         return c;
     }
 
@@ -588,17 +601,40 @@ private:
     }
 
     // One mask per split and feature, shared over the split's tokens; kept
-    // units scaled by 1 / (1 - p).
-    void dropout(T* a, std::size_t width, const std::size_t* off, std::size_t count)
+    // units scaled by 1 / (1 - p). Drawn from a per-batch seed so backward can
+    // redraw the same masks when it recomputes the forward.
+    void dropout(std::uint64_t seed, T* u, T* v, const std::size_t* off, std::size_t count) const
     {
+        std::mt19937_64 gen(seed);
         const double p = cfg_.dropout;
         const T scale = static_cast<T>(1.0 / (1.0 - p));
         tracked_vector<T> mask(cfg_.hidden);
-        for (std::size_t k = 0; k < count; ++k) {
-            for (auto& m : mask) m = detail::uniform01(rng_) < p ? T(0) : scale;
-            for (std::size_t r = off[k]; r < off[k + 1]; ++r) {
-                for (std::size_t j = 0; j < cfg_.hidden; ++j) a[r * width + j] *= mask[j];
+        for (T* a : {u, v}) {
+            const std::size_t width = a == u ? hu() : hv();
+            for (std::size_t k = 0; k < count; ++k) {
+                for (auto& m : mask) m = detail::uniform01(gen) < p ? T(0) : scale;
+                for (std::size_t r = off[k]; r < off[k + 1]; ++r) {
+                    for (std::size_t j = 0; j < cfg_.hidden; ++j) a[r * width + j] *= mask[j];
+                }
             }
+        }
+    }
+
+    // U, V (after relu and dropout) and T for the packed rows of X.
+    template <class Items>
+    void forward_activations(const Items& X, const std::size_t* off, std::size_t N, bool drop, std::uint64_t seed,
+                             T* u, T* v, T* t) const
+    {
+        {
+            scratch<T> xp(detail::to_index_size(detail::checked_mul(N, cfg_.n_in, "packed input"), "packed input"));
+            gather(X, off, xp.data());
+            project(xp.data(), N, wh_, bh_, cfg_.bias_u, u);
+            project(xp.data(), N, wd_, bd_, cfg_.bias_v, v);
+        }
+        if (drop) dropout(seed, u, v, off, X.size());
+        if (N != 0) {
+            detail::bilinear_left<T>(detail::cmap(u, N, hu()), w_.data(), cfg_.labels, hv(),
+                                     detail::mmap(t, N, cfg_.labels * hv()));
         }
     }
 
@@ -630,77 +666,80 @@ private:
         }
     }
 
+    // Everything backward needs of one forward call.
+    struct saved_batch {
+        tracked_vector<std::size_t> off;           // packed row offsets, count + 1
+        tracked_vector<seq_view<const T>> views;   // the splits (not copied)
+        tensor<T, 2> u, v, t;                      // activations (empty when recomputing)
+        tracked_vector<std::size_t> y_off;         // softmax outputs by split (train, stored)
+        tensor<T, 1> ys;
+        bool kept = true;  // false: recompute_in_backward
+        bool train = false;
+        bool drop = false;
+        std::uint64_t seed = 0;
+    };
+
     template <class Items, class Dest>
     backprop_type forward_into(const Items& X, mode m, Dest&& dest)
     {
         check_items(X);
         const std::size_t count = X.size(), o = cfg_.labels;
-        tracked_vector<std::size_t> off(count + 1);
-        const std::size_t N = fill_offsets(X, off.data());
-        tracked_vector<seq_view<const T>> views(count);
-        for (std::size_t k = 0; k < count; ++k) views[k] = detail::to_const_view(X[k]);
-        tensor<T, 2> u = tensor<T, 2>::from_shape({N, hu()});
-        tensor<T, 2> v = tensor<T, 2>::from_shape({N, hv()});
-        tensor<T, 2> t = tensor<T, 2>::from_shape({N, o * hv()});
-        {
-            scratch<T> xp(detail::to_index_size(detail::checked_mul(N, cfg_.n_in, "packed input"), "packed input"));
-            gather(X, off.data(), xp.data());
-            project(xp.data(), N, wh_, bh_, cfg_.bias_u, u.data());
-            project(xp.data(), N, wd_, bd_, cfg_.bias_v, v.data());
+        saved_batch sb;
+        sb.off.resize(count + 1);
+        const std::size_t N = fill_offsets(X, sb.off.data());
+        sb.views.resize(count);
+        for (std::size_t k = 0; k < count; ++k) sb.views[k] = detail::to_const_view(X[k]);
+        sb.train = m == mode::train;
+        sb.drop = sb.train && cfg_.dropout > 0.0;
+        sb.seed = sb.drop ? rng_() : 0;
+        const bool keep = !cfg_.recompute_in_backward;
+        sb.kept = keep;
+        const std::size_t n_t = detail::to_index_size(detail::checked_product("packed T", N, o, hv()), "packed T");
+        // Kept activations are tensors that move into the callback; recomputed
+        // ones are workspace scratch that dies with this call.
+        scratch<T> u_tmp(keep ? 0 : N * hu()), v_tmp(keep ? 0 : N * hv()), t_tmp(keep ? 0 : n_t);
+        if (keep) {
+            sb.u = tensor<T, 2>::from_shape({N, hu()});
+            sb.v = tensor<T, 2>::from_shape({N, hv()});
+            sb.t = tensor<T, 2>::from_shape({N, o * hv()});
         }
-        const bool train = m == mode::train;
-        if (train && cfg_.dropout > 0.0) {
-            dropout(u.data(), hu(), off.data(), count);
-            dropout(v.data(), hv(), off.data(), count);
-        }
-        if (N != 0) {
-            detail::bilinear_left<T>(detail::cmap(u.data(), N, hu()), w_.data(), o, hv(),
-                                     detail::mmap(t.data(), N, o * hv()));
-        }
-        // Softmax outputs are kept for backward (train only), packed by split.
-        tracked_vector<std::size_t> y_off(train ? count + 1 : 0);
-        tensor<T, 1> ys;
-        if (train) {
+        T* u = keep ? sb.u.data() : u_tmp.data();
+        T* v = keep ? sb.v.data() : v_tmp.data();
+        T* t = keep ? sb.t.data() : t_tmp.data();
+        forward_activations(X, sb.off.data(), N, sb.drop, sb.seed, u, v, t);
+        const bool keep_y = sb.train && keep;
+        if (keep_y) {
+            sb.y_off.resize(count + 1);
             std::uint64_t total = 0;
             for (std::size_t k = 0; k < count; ++k) {
-                y_off[k] = static_cast<std::size_t>(total);
-                const std::size_t n = off[k + 1] - off[k];
+                sb.y_off[k] = static_cast<std::size_t>(total);
+                const std::size_t n = sb.off[k + 1] - sb.off[k];
                 total = detail::checked_add(total, detail::checked_product("saved scores", n, n, o), "saved scores");
             }
-            y_off[count] = static_cast<std::size_t>(total);
-            ys = tensor<T, 1>::from_shape({detail::to_index_size(total, "saved scores")});
+            sb.y_off[count] = static_cast<std::size_t>(total);
+            sb.ys = tensor<T, 1>::from_shape({detail::to_index_size(total, "saved scores")});
         }
         for (std::size_t k = 0; k < count; ++k) {
-            const std::size_t n = off[k + 1] - off[k];
+            const std::size_t n = sb.off[k + 1] - sb.off[k];
             score_view<T> s = dest(k, n);
-            detail::bilinear_right<T>(detail::cmap(v.data() + off[k] * hv(), n, hv()), t.data() + off[k] * o * hv(),
-                                      o, s);
-            if (train) {
-                detail::softmax_last_axis(s);
-                detail::mmap(ys.data() + y_off[k], n, n * o) = s.map();
-            }
+            detail::bilinear_right<T>(detail::cmap(v + sb.off[k] * hv(), n, hv()), t + sb.off[k] * o * hv(), o, s);
+            if (sb.train) detail::softmax_last_axis(s);
+            if (keep_y) detail::mmap(sb.ys.data() + sb.y_off[k], n, n * o) = s.map();
         }
-        const T scale = train && cfg_.dropout > 0.0 ? static_cast<T>(1.0 / (1.0 - cfg_.dropout)) : T(1);
-        return backprop_type([this, off = std::move(off), views = std::move(views), u = std::move(u),
-                              v = std::move(v), t = std::move(t), y_off = std::move(y_off), ys = std::move(ys),
-                              scale](span<const score_view<const T>> dY, span<const seq_view<T>> dX) {
-            backward(off, views, u, v, t, y_off, ys, scale, dY, dX);
-        });
+        return backprop_type([this, sb = std::move(sb)](span<const score_view<const T>> dY,
+                                                        span<const seq_view<T>> dX) { backward(sb, dY, dX); });
     }
 
-    void backward(const tracked_vector<std::size_t>& off, const tracked_vector<seq_view<const T>>& views,
-                  const tensor<T, 2>& u, const tensor<T, 2>& v, const tensor<T, 2>& t,
-                  const tracked_vector<std::size_t>& y_off, const tensor<T, 1>& ys, T scale,
-                  span<const score_view<const T>> dY, span<const seq_view<T>> dX)
+    void backward(const saved_batch& sb, span<const score_view<const T>> dY, span<const seq_view<T>> dX)
     {
-        const std::size_t count = views.size(), o = cfg_.labels, h = cfg_.hidden, n_in = cfg_.n_in;
+        const std::size_t count = sb.views.size(), o = cfg_.labels, h = cfg_.hidden, n_in = cfg_.n_in;
         if (dY.size() != count || dX.size() != count) {
             throw shape_error(detail::msg("scorer backprop: expected ", count, " split gradients, got ", dY.size(),
                                           " score gradients and ", dX.size(), " input gradient slots"));
         }
         std::size_t max_n = 0;
         for (std::size_t k = 0; k < count; ++k) {
-            const std::size_t n = views[k].rows;
+            const std::size_t n = sb.views[k].rows;
             max_n = std::max(max_n, n);
             if (dY[k].n != n || dY[k].labels != o) {
                 throw shape_error(detail::msg("scorer backprop: split ", k, ": expected a gradient of [", n, ", ", n,
@@ -711,38 +750,54 @@ private:
                                               ", ", dX[k].cols, "], expected [", n, ", ", n_in, "]"));
             }
         }
-        const std::size_t N = off[count];
-        const bool softmax = !y_off.empty();
+        const std::size_t N = sb.off[count];
+        const std::size_t* off = sb.off.data();
+        const bool keep = sb.kept;
+        // Recomputed activations (recompute_in_backward) live in scratch.
+        scratch<T> u_tmp(keep ? 0 : N * hu()), v_tmp(keep ? 0 : N * hv()), t_tmp(keep ? 0 : N * o * hv());
+        scratch<T> y_tmp(keep || !sb.train ? 0 : max_n * max_n * o);
+        const T* u = keep ? sb.u.data() : u_tmp.data();
+        const T* v = keep ? sb.v.data() : v_tmp.data();
+        const T* t = keep ? sb.t.data() : t_tmp.data();
+        if (!keep) forward_activations(sb.views, off, N, sb.drop, sb.seed, u_tmp.data(), v_tmp.data(), t_tmp.data());
         scratch<T> dt(N * o * hv());
         scratch<T> dv(N * hv());
         scratch<T> du(N * hu());
-        scratch<T> ds(softmax ? max_n * max_n * o : 0);
+        scratch<T> ds(sb.train ? max_n * max_n * o : 0);
         scratch<T> xp(N * n_in);
         for (std::size_t k = 0; k < count; ++k) {
-            const std::size_t n = views[k].rows;
+            const std::size_t n = sb.views[k].rows;
             score_view<const T> g = dY[k];
-            if (softmax) {
+            if (sb.train) {
+                score_view<const T> y{sb.ys.data() + (keep ? sb.y_off[k] : 0), n, o, static_cast<std::ptrdiff_t>(n * o)};
+                if (!keep) {
+                    score_view<T> yt{y_tmp.data(), n, o, static_cast<std::ptrdiff_t>(n * o)};
+                    detail::bilinear_right<T>(detail::cmap(v + off[k] * hv(), n, hv()), t + off[k] * o * hv(), o, yt);
+                    detail::softmax_last_axis(yt);
+                    y = {yt.data, n, o, yt.row_stride};
+                }
                 score_view<T> d{ds.data(), n, o, static_cast<std::ptrdiff_t>(n * o)};
-                detail::softmax_backward<T>({ys.data() + y_off[k], n, o, static_cast<std::ptrdiff_t>(n * o)}, g, d);
+                detail::softmax_backward<T>(y, g, d);
                 g = {d.data, n, o, d.row_stride};
             }
-            detail::bilinear_right_backward<T>(detail::cmap(v.data() + off[k] * hv(), n, hv()),
-                                               t.data() + off[k] * o * hv(), o, g,
+            detail::bilinear_right_backward<T>(detail::cmap(v + off[k] * hv(), n, hv()), t + off[k] * o * hv(), o, g,
                                                detail::mmap(dv.data() + off[k] * hv(), n, hv()),
                                                dt.data() + off[k] * o * hv());
         }
         if (N == 0) return;
-        detail::bilinear_left_backward<T>(detail::cmap(u.data(), N, hu()), w_.data(), o, hv(),
+        detail::bilinear_left_backward<T>(detail::cmap(u, N, hu()), w_.data(), o, hv(),
                                           detail::cmap(dt.data(), N, o * hv()), detail::mmap(du.data(), N, hu()),
                                           dw_.data());
-        // Through relu and dropout: a unit passed gradient iff it came out positive.
+        // Through relu and dropout: a unit passed gradient iff it came out
+        // positive, scaled like the kept units.
+        const T scale = sb.drop ? static_cast<T>(1.0 / (1.0 - cfg_.dropout)) : T(1);
         auto dzu = detail::mmap(du.data(), N, hu()).leftCols(static_cast<Eigen::Index>(h));
         auto dzv = detail::mmap(dv.data(), N, hv()).leftCols(static_cast<Eigen::Index>(h));
-        const auto uh = detail::cmap(u.data(), N, hu()).leftCols(static_cast<Eigen::Index>(h));
-        const auto vh = detail::cmap(v.data(), N, hv()).leftCols(static_cast<Eigen::Index>(h));
+        const auto uh = detail::cmap(u, N, hu()).leftCols(static_cast<Eigen::Index>(h));
+        const auto vh = detail::cmap(v, N, hv()).leftCols(static_cast<Eigen::Index>(h));
         dzu = (uh.array() > T(0)).select(dzu * scale, T(0));
         dzv = (vh.array() > T(0)).select(dzv * scale, T(0));
-        gather(views, off.data(), xp.data());
+        gather(sb.views, off, xp.data());
         auto x = detail::cmap(xp.data(), N, n_in);
         Eigen::Map<row_matrix<T>> dwh(dwh_.data(), static_cast<Eigen::Index>(h), static_cast<Eigen::Index>(n_in));
         Eigen::Map<row_matrix<T>> dwd(dwd_.data(), static_cast<Eigen::Index>(h), static_cast<Eigen::Index>(n_in));
@@ -759,7 +814,7 @@ private:
         dxp.noalias() = dzu * wh;
         dxp.noalias() += dzv * wd;
         for (std::size_t k = 0; k < count; ++k) {
-            const std::size_t n = views[k].rows;
+            const std::size_t n = sb.views[k].rows;
             if (n == 0) continue;
             dX[k].map() = dxp.middleRows(static_cast<Eigen::Index>(off[k]), static_cast<Eigen::Index>(n));
         }

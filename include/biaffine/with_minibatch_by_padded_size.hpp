@@ -10,10 +10,13 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <utility>
 
 #include "biaffine/backprop.hpp"
 #include "biaffine/detail/counter.hpp"
+#include "biaffine/detail/task_pool.hpp"
 #include "biaffine/batching.hpp"
 #include "biaffine/errors.hpp"
 #include "biaffine/scorer.hpp"
@@ -24,8 +27,14 @@ namespace biaffine {
 
 /// Options of with_minibatch_by_padded_size.
 struct batch_options {
-    std::size_t buffer = 256;                            ///< items sorted together
+    std::size_t buffer = 256;                              ///< items sorted together
     oversize_policy oversize = oversize_policy::run_alone; ///< a split whose cost alone exceeds the budget
+    /// Threads for inference (`predict`, `predict_stream`): batches of a
+    /// buffer run concurrently, one workspace per thread, so the scratch bound
+    /// becomes threads x budget. Results are identical to one thread.
+    /// Training (`forward` and its backprop) runs batches in order on the
+    /// calling thread, so dropout draws and gradient sums stay deterministic.
+    std::size_t threads = 1;
 };
 
 /// See the file comment. `Inner` is a split-list layer: `predict`,
@@ -45,6 +54,7 @@ public:
     {
         if (b.value == 0) throw budget_error("with_minibatch_by_padded_size: the budget must be positive, got 0");
         if (opts.buffer == 0) throw budget_error("with_minibatch_by_padded_size: buffer must be positive, got 0");
+        if (opts.threads == 0) throw error("with_minibatch_by_padded_size: threads must be at least 1, got 0");
     }
 
     inner_type& inner() noexcept { return inner_; }
@@ -70,14 +80,15 @@ public:
         batches_ = 0;
     }
 
-    /// Bytes of this layer's own bookkeeping for `n_items` items: paid out of
-    /// a byte budget before planning.
+    /// Bytes of this layer's own inference bookkeeping for `n_items` items
+    /// (the per-buffer arrays of run()): paid out of a byte budget before
+    /// planning.
     std::uint64_t bookkeeping_bytes(std::size_t n_items) const
     {
         const std::uint64_t n = std::min<std::uint64_t>(opts_.buffer, n_items);
         const std::uint64_t per_item =
-            sizeof(seq_view<const T>) + 2 * sizeof(std::size_t) + sizeof(planned_batch) + sizeof(score_view<const T>);
-        return detail::scratch_bytes<std::byte>(detail::checked_mul(n, per_item, "batch bookkeeping"));
+            2 * sizeof(seq_view<const T>) + 3 * sizeof(std::size_t) + sizeof(planned_batch);
+        return detail::checked_mul(n, per_item, "batch bookkeeping");
     }
 
     /// Scores of every split, in input order: `[n_k, n_k(, o)]` each.
@@ -85,7 +96,7 @@ public:
     score_list<T> predict(const Items& X) const
     {
         score_list<T> Y(X.size());
-        run(X, mode::eval, [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t) {
+        run(X, mode::eval, opts_.threads, [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t) {
             score_list<T> Yb = inner_.predict(items);
             for (std::size_t j = 0; j < items.size(); ++j) Y[index[j]] = std::move(Yb[j]);
         });
@@ -97,9 +108,14 @@ public:
     template <class Items, class Sink>
     void predict_stream(const Items& X, Sink&& sink) const
     {
-        run(X, mode::eval, [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t) {
-            inner_.predict_stream(items, [&](std::size_t j, score_view<const T> s) { sink(index[j], s); });
-        });
+        std::mutex sink_mutex;  // the sink is never called concurrently
+        run(X, mode::eval, opts_.threads,
+            [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t) {
+                inner_.predict_stream(items, [&](std::size_t j, score_view<const T> s) {
+                    std::lock_guard<std::mutex> lock(sink_mutex);
+                    sink(index[j], s);
+                });
+            });
     }
 
     /// Forward over all splits, batch by batch; the callback runs each
@@ -118,7 +134,7 @@ public:
         tracked_vector<batch_record> records;
         tracked_vector<std::size_t> index;
         index.reserve(n);
-        run(X, m, [&](span<const seq_view<const T>> items, span<const std::size_t> idx, std::size_t max_len) {
+        run(X, m, 1, [&](span<const seq_view<const T>> items, span<const std::size_t> idx, std::size_t max_len) {
             auto [Yb, bp] = inner_.forward(items, m);
             records.push_back({index.size(), items.size(), max_len, std::move(bp)});
             for (std::size_t j = 0; j < items.size(); ++j) {
@@ -138,6 +154,7 @@ public:
             for (const batch_record& r : records) widest = std::max(widest, r.count);
             tracked_vector<score_view<const T>> dYb(widest);
             tracked_vector<seq_view<T>> dXb(widest);
+            workspace_scope keep_scratch;  // one block reused by every batch
             for (batch_record& r : records) {
                 for (std::size_t j = 0; j < r.count; ++j) {
                     dYb[j] = dY[index[r.first + j]];
@@ -152,9 +169,10 @@ public:
 
 private:
     // Plans every buffer and calls `batch(items, input_indices, max_len)` once
-    // per batch inside a workspace sized by the batch's reported scratch.
+    // per batch inside a workspace sized by the batch's reported scratch; with
+    // threads > 1 the batches of a buffer run concurrently.
     template <class Items, class Batch>
-    void run(const Items& X, mode m, Batch&& batch) const
+    void run(const Items& X, mode m, std::size_t threads, Batch&& batch) const
     {
         const std::size_t n = X.size();
         if (n == 0) return;
@@ -173,21 +191,30 @@ private:
             if (budget_.kind == budget_kind::padded_items) return detail::checked_mul(count, len, "padded size");
             return inner_.cost(count, len, m).total();
         };
+        // The arrays bookkeeping_bytes() accounts for, one entry per buffered item.
         tracked_vector<seq_view<const T>> items(nbuf);
-        tracked_vector<seq_view<const T>> batch_items(nbuf);
+        tracked_vector<seq_view<const T>> batch_items(nbuf);  // items grouped by batch
         tracked_vector<std::size_t> lengths(nbuf);
         tracked_vector<std::size_t> order(nbuf);
-        tracked_vector<std::size_t> global(nbuf);
+        tracked_vector<std::size_t> global(nbuf);  // input index of batch_items[i]
         tracked_vector<planned_batch> plan(nbuf);
+        workspace_scope keep_scratch;  // the calling thread's block lives across batches
+        detail::task_pool pool(std::min(threads, n));
+        std::size_t nb = 0;
+        const std::function<void(std::size_t)> run_batch = [&](std::size_t b) {
+            const planned_batch& pb = plan[b];
+            workspace_scope ws(inner_.cost(pb.count, pb.max_len, m).scratch);
+            batch(span<const seq_view<const T>>(batch_items.data() + pb.first, pb.count),
+                  span<const std::size_t>(global.data() + pb.first, pb.count), pb.max_len);
+        };
         for (std::size_t begin = 0; begin < n; begin += nbuf) {
             const std::size_t count = std::min(nbuf, n - begin);
             for (std::size_t i = 0; i < count; ++i) {
                 items[i] = detail::to_const_view(X[begin + i]);
                 lengths[i] = items[i].rows;
             }
-            const std::size_t nb = detail::plan_buffer(span<const std::size_t>(lengths.data(), count), limit, cost,
-                                                       span<std::size_t>(order.data(), count),
-                                                       span<planned_batch>(plan.data(), count));
+            nb = detail::plan_buffer(span<const std::size_t>(lengths.data(), count), limit, cost,
+                                     span<std::size_t>(order.data(), count), span<planned_batch>(plan.data(), count));
             for (std::size_t b = 0; b < nb; ++b) {
                 const planned_batch& pb = plan[b];
                 if (pb.oversize) {
@@ -203,14 +230,12 @@ private:
                 }
                 for (std::size_t j = 0; j < pb.count; ++j) {
                     const std::size_t pos = order[pb.first + j];
-                    batch_items[j] = items[pos];
-                    global[j] = begin + pos;
+                    batch_items[pb.first + j] = items[pos];
+                    global[pb.first + j] = begin + pos;
                 }
-                ++batches_;
-                workspace_scope ws(inner_.cost(pb.count, pb.max_len, m).scratch);
-                batch(span<const seq_view<const T>>(batch_items.data(), pb.count),
-                      span<const std::size_t>(global.data(), pb.count), pb.max_len);
             }
+            batches_.add(nb);
+            pool.run(nb, run_batch);
         }
     }
 

@@ -103,11 +103,12 @@ public:
     {
         detail::arena_state& a = detail::arena();
         const std::size_t bytes = detail::to_index_size(detail::scratch_bytes<T>(n), "scratch");
+        if (n == 0) return;  // nothing to carve or free
         if (a.scopes > 0 && a.block != nullptr && a.capacity - a.top >= bytes) {
             data_ = reinterpret_cast<T*>(a.block + a.top);
             a.top += bytes;
             carved_ = bytes;
-        } else if (n > 0) {
+        } else {
             data_ = tracking_allocator<T>().allocate(n);
         }
     }
