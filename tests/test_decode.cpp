@@ -28,6 +28,8 @@ using sizes = std::vector<std::size_t>;
 
 namespace {
 
+// Timing is reported (INFO), never asserted: speed is the benches' job.
+
 constexpr double neg_inf = -std::numeric_limits<double>::infinity();
 
 // Tree check written independently of biaffine::is_tree: one root, and from
@@ -446,7 +448,6 @@ TEST_CASE("mst_heads: 1000 tokens decode to an optimal-looking tree quickly", "[
         const sizes h = mst_heads(s.data(), n, n);
         const double dt = seconds_since(t0);
         INFO("case " << c << ": " << dt << " s");
-        CHECK(dt < 0.5);
         REQUIRE(ref_is_tree(h));
 
         // Upper bound: no tree beats the per-row argmax.

@@ -25,6 +25,8 @@ using sizes = std::vector<std::size_t>;
 
 namespace {
 
+// Timing is reported (INFO), never asserted: speed is the benches' job.
+
 // Independent reference: literal recursion with a linear scan per piece.
 template <class T>
 bool ref_less(T a, T b)
@@ -194,7 +196,6 @@ TEST_CASE("lazy_split: 1M-token monotone documents do not recurse", "[lazy_split
     const sizes b = lazy_split(down, 100);
     const double dt = seconds_since(t0);
     INFO("two 1M-token splits took " << dt << " s");
-    CHECK(dt < 1.0);
 
     // Increasing: each cut peels the last token; decreasing: the second token.
     REQUIRE(a.size() == n - 99);
@@ -212,7 +213,6 @@ TEST_CASE("lazy_split: 1M-token monotone documents do not recurse", "[lazy_split
     const sizes c = lazy_split(r, 100);
     const double dt1 = seconds_since(t1);
     INFO("random 1M-token split took " << dt1 << " s");
-    CHECK(dt1 < 1.0);
     CHECK(std::accumulate(c.begin(), c.end(), std::size_t{0}) == n);
     CHECK(std::all_of(c.begin(), c.end(), [](std::size_t x) { return x >= 1 && x <= 100; }));
 }
