@@ -17,7 +17,8 @@ namespace biaffine {
 template <class Signature>
 class backprop_fn;
 
-/// Type-erased, move-only, single-use callable `R(Args...)`.
+/// Type-erased, move-only, single-use callable `R(Args...)`. Not thread-safe:
+/// call it from one thread (it accumulates into the layer's gradients).
 template <class R, class... Args>
 class backprop_fn<R(Args...)> {
 public:

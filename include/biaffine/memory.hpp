@@ -129,6 +129,8 @@ inline memory_tracker& tracker() { return memory_tracker::instance(); }
 
 /// Peak bytes within a scope. Nests: on destruction the enclosing peak becomes
 /// max(enclosing peak, this scope's peak), as if the scope were never opened.
+/// The peaks are process-wide: scopes opened concurrently on several threads
+/// see each other's allocations (measure one thing at a time).
 class scoped_peak {
 public:
     scoped_peak()

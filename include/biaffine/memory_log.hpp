@@ -44,7 +44,8 @@ inline std::string format_bytes(double bytes)
     return buf;
 }
 
-/// A list of named checkpoints of the tracker.
+/// A list of named checkpoints of the tracker. Not thread-safe itself (one
+/// log per thread); the tracker it reads is.
 class memory_log {
 public:
     using clock = std::chrono::steady_clock;

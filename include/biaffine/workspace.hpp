@@ -67,9 +67,11 @@ class workspace_scope {
 public:
     explicit workspace_scope(std::uint64_t bytes = 0)
     {
+        // Sized before the scope is counted: a size that overflows throws
+        // without leaving the thread's scope count (and block) behind.
+        const std::size_t need = detail::to_index_size(detail::round_up_bytes(bytes), "workspace");
         detail::arena_state& a = detail::arena();
         ++a.scopes;
-        const std::size_t need = detail::to_index_size(detail::round_up_bytes(bytes), "workspace");
         if (need > a.capacity && a.top == 0) {
             // Free first, then allocate: never two blocks alive at once.
             a.release();

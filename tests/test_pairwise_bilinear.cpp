@@ -1,0 +1,165 @@
+// Tests for biaffine/pairwise_bilinear.hpp: every bilinear_* golden case
+// (forward and backward, float64 and float32) and a naive-loop reference of
+// S[b, m, l, o] = sum_ij u[b, l, i] W[o, i, j] v[b, m, j] on random data.
+#include <catch2/catch.hpp>
+
+#include <cstddef>
+#include <iostream>
+#include <random>
+#include <vector>
+
+#include <xtensor/xarray.hpp>
+
+#include "biaffine/pairwise_bilinear.hpp"
+#include "golden.hpp"
+
+using biaffine::tensor;
+
+namespace {
+
+template <class T>
+void check_bilinear_case(const golden::case_dir& c)
+{
+    INFO("case " << c.path << " (" << (sizeof(T) == 8 ? "float64" : "float32") << ")");
+    const xt::xarray<int> bias = golden::load<int>(c.path, "bias", {2});
+    REQUIRE(((bias(0) == 0 || bias(0) == 1) && (bias(1) == 0 || bias(1) == 1)));
+    const bool bu = bias(0) == 1, bv = bias(1) == 1;
+    const xt::xarray<double> u64 = golden::load_rank<double>(c.path, "u", 3);
+    const std::size_t b = u64.shape()[0], L = u64.shape()[1], h = u64.shape()[2];
+    const xt::xarray<double> w64 = golden::load_rank<double>(c.path, "weight", 3);
+    const std::size_t o = w64.shape()[0];
+    REQUIRE(golden::shape_of(w64) == std::vector<std::size_t>{o, h + bu, h + bv});
+    const xt::xarray<double> v64 = golden::load<double>(c.path, "v", {b, L, h});
+    const xt::xarray<double> y64 = golden::load<double>(c.path, "y", {b, L, L, o});
+    const xt::xarray<double> dy64 = golden::load<double>(c.path, "dy", {b, L, L, o});
+    const xt::xarray<double> du64 = golden::load<double>(c.path, "du", {b, L, h});
+    const xt::xarray<double> dv64 = golden::load<double>(c.path, "dv", {b, L, h});
+    const xt::xarray<double> dw64 = golden::load<double>(c.path, "dweight", {o, h + bu, h + bv});
+
+    const tensor<T, 3> u = xt::cast<T>(u64);
+    const tensor<T, 3> v = xt::cast<T>(v64);
+    const tensor<T, 3> w = xt::cast<T>(w64);
+    const tensor<T, 4> dy = xt::cast<T>(dy64);
+
+    const tensor<T, 4> y = biaffine::pairwise_bilinear<T>(u, v, w, bu, bv);
+    GOLDEN_CHECK("y", golden::compare<T>(y, y64));
+
+    tensor<T, 3> dw = xt::zeros<T>(w.shape());
+    auto [du, dv] = biaffine::pairwise_bilinear_backward<T>(u, v, w, bu, bv, dy, dw);
+    GOLDEN_CHECK("du", golden::compare<T>(du, du64));
+    GOLDEN_CHECK("dv", golden::compare<T>(dv, dv64));
+    GOLDEN_CHECK("dweight", golden::compare<T>(dw, dw64));
+}
+
+// Naive reference: the formula written as loops over every index.
+xt::xarray<double> naive_forward(const xt::xarray<double>& u, const xt::xarray<double>& v,
+                                 const xt::xarray<double>& w, bool bu, bool bv)
+{
+    const std::size_t b = u.shape()[0], L = u.shape()[1], h = u.shape()[2], o = w.shape()[0];
+    auto ua = [&](std::size_t s, std::size_t l, std::size_t i) { return i < h ? u(s, l, i) : 1.0; };
+    auto va = [&](std::size_t s, std::size_t m, std::size_t j) { return j < h ? v(s, m, j) : 1.0; };
+    xt::xarray<double> y = xt::zeros<double>({b, L, L, o});
+    for (std::size_t s = 0; s < b; ++s)
+        for (std::size_t m = 0; m < L; ++m)
+            for (std::size_t l = 0; l < L; ++l)
+                for (std::size_t k = 0; k < o; ++k) {
+                    double acc = 0;
+                    for (std::size_t i = 0; i < h + bu; ++i)
+                        for (std::size_t j = 0; j < h + bv; ++j) acc += ua(s, l, i) * w(k, i, j) * va(s, m, j);
+                    y(s, m, l, k) = acc;
+                }
+    return y;
+}
+
+// Naive gradients of L = sum dy * y: du, dv (without the bias columns) and dW.
+void naive_backward(const xt::xarray<double>& u, const xt::xarray<double>& v, const xt::xarray<double>& w, bool bu,
+                    bool bv, const xt::xarray<double>& dy, xt::xarray<double>& du, xt::xarray<double>& dv,
+                    xt::xarray<double>& dw)
+{
+    const std::size_t b = u.shape()[0], L = u.shape()[1], h = u.shape()[2], o = w.shape()[0];
+    auto ua = [&](std::size_t s, std::size_t l, std::size_t i) { return i < h ? u(s, l, i) : 1.0; };
+    auto va = [&](std::size_t s, std::size_t m, std::size_t j) { return j < h ? v(s, m, j) : 1.0; };
+    du = xt::zeros<double>({b, L, h});
+    dv = xt::zeros<double>({b, L, h});
+    dw = xt::zeros<double>(w.shape());
+    for (std::size_t s = 0; s < b; ++s)
+        for (std::size_t m = 0; m < L; ++m)
+            for (std::size_t l = 0; l < L; ++l)
+                for (std::size_t k = 0; k < o; ++k)
+                    for (std::size_t i = 0; i < h + bu; ++i)
+                        for (std::size_t j = 0; j < h + bv; ++j) {
+                            const double g = dy(s, m, l, k);
+                            if (i < h) du(s, l, i) += g * w(k, i, j) * va(s, m, j);
+                            if (j < h) dv(s, m, j) += g * ua(s, l, i) * w(k, i, j);
+                            dw(k, i, j) += g * ua(s, l, i) * va(s, m, j);
+                        }
+}
+
+xt::xarray<double> random_array(std::mt19937_64& rng, const std::vector<std::size_t>& shape)
+{
+    std::uniform_real_distribution<double> dist(-1.0, 1.0);
+    xt::xarray<double> a = xt::zeros<double>(shape);
+    for (auto& x : a) x = dist(rng);
+    return a;
+}
+
+}  // namespace
+
+TEST_CASE("pairwise_bilinear matches every bilinear_* golden case", "[pairwise_bilinear][golden]")
+{
+    bool is_default = false;
+    const std::string root = golden::dir(&is_default);
+    const auto cs = golden::cases_of(golden::kind::bilinear);
+    std::cout << "pairwise_bilinear golden: " << cs.size() << " bilinear cases checked in " << root << "\n";
+    if (is_default) REQUIRE(!cs.empty());
+    for (const auto& c : cs) {
+        check_bilinear_case<double>(c);
+        check_bilinear_case<float>(c);
+    }
+}
+
+TEST_CASE("pairwise_bilinear equals the naive formula on random data", "[pairwise_bilinear]")
+{
+    std::mt19937_64 rng(42);
+    for (int bu = 0; bu < 2; ++bu) {
+        for (int bv = 0; bv < 2; ++bv) {
+            for (std::size_t o : {std::size_t(1), std::size_t(3)}) {
+                const std::size_t b = 3, L = 5, h = 4;
+                INFO("bias_u " << bu << " bias_v " << bv << " labels " << o);
+                const auto u64 = random_array(rng, {b, L, h});
+                const auto v64 = random_array(rng, {b, L, h});
+                const auto w64 = random_array(rng, {o, h + bu, h + bv});
+                const auto dy64 = random_array(rng, {b, L, L, o});
+                const tensor<double, 3> u = u64, v = v64, w = w64;
+                const tensor<double, 4> dy = dy64;
+
+                const xt::xarray<double> ref = naive_forward(u64, v64, w64, bu, bv);
+                GOLDEN_CHECK("y vs naive", golden::compare<double>(biaffine::pairwise_bilinear<double>(u, v, w, bu, bv), ref));
+
+                xt::xarray<double> du_ref, dv_ref, dw_ref;
+                naive_backward(u64, v64, w64, bu, bv, dy64, du_ref, dv_ref, dw_ref);
+                // dW accumulates: start from a known non-zero value.
+                const auto dw0 = random_array(rng, golden::shape_of(w64));
+                tensor<double, 3> dw = dw0;
+                auto [du, dv] = biaffine::pairwise_bilinear_backward<double>(u, v, w, bu, bv, dy, dw);
+                GOLDEN_CHECK("du vs naive", golden::compare<double>(du, du_ref));
+                GOLDEN_CHECK("dv vs naive", golden::compare<double>(dv, dv_ref));
+                const xt::xarray<double> dw_expected = dw0 + dw_ref;
+                GOLDEN_CHECK("dW accumulated vs naive", golden::compare<double>(dw, dw_expected));
+            }
+        }
+    }
+}
+
+TEST_CASE("pairwise_bilinear rejects mismatched shapes", "[pairwise_bilinear]")
+{
+    const tensor<double, 3> u = xt::zeros<double>({2, 3, 4});
+    const tensor<double, 3> v_bad = xt::zeros<double>({2, 3, 5});
+    const tensor<double, 3> w = xt::zeros<double>({1, 5, 5});
+    CHECK_THROWS_AS(biaffine::pairwise_bilinear<double>(u, v_bad, w, true, true), biaffine::shape_error);
+    CHECK_THROWS_AS(biaffine::pairwise_bilinear<double>(u, u, w, false, true), biaffine::shape_error);
+    const tensor<double, 4> dy_bad = xt::zeros<double>({2, 3, 3, 2});
+    tensor<double, 3> dw = xt::zeros<double>({1, 5, 5});
+    CHECK_THROWS_AS(biaffine::pairwise_bilinear_backward<double>(u, u, w, true, true, dy_bad, dw),
+                    biaffine::shape_error);
+}

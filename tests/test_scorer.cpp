@@ -1,0 +1,335 @@
+// Tests for biaffine/scorer.hpp against the golden data of the PyTorch
+// reference: every model_* case through the padded API (forward, backward,
+// predict) and the split-list API, every pipeline* case through the full
+// with_splits / with_minibatch_by_padded_size (/ with_pad_seq_unpad_matrix)
+// stack, in float64 and float32. Finite-difference checks are in
+// test_gradients.cpp.
+#include <catch2/catch.hpp>
+
+#include <cstddef>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <xtensor/xarray.hpp>
+#include <xtensor/xtensor.hpp>
+
+#include "biaffine/biaffine.hpp"
+#include "golden.hpp"
+
+using namespace biaffine;
+
+namespace {
+
+const char* type_name(float) { return "float32"; }
+const char* type_name(double) { return "float64"; }
+
+// The parameters of a golden case, with the scorer config they imply.
+struct golden_params {
+    scorer_config cfg;
+    xt::xarray<double> wh, bh, wd, bd, w;
+};
+
+golden_params load_params(const std::string& path, std::size_t n_in)
+{
+    golden_params p;
+    p.wh = golden::load_rank<double>(path, "head_weight", 2);
+    const std::size_t h = p.wh.shape()[0];
+    if (p.wh.shape()[1] != n_in) {
+        throw std::runtime_error(path + ": head_weight is " + golden::shape_str(golden::shape_of(p.wh)) +
+                                 " but n_in = " + std::to_string(n_in));
+    }
+    p.w = golden::load_rank<double>(path, "bilinear_weight", 3);
+    const std::size_t o = p.w.shape()[0], hu = p.w.shape()[1], hv = p.w.shape()[2];
+    if ((hu != h && hu != h + 1) || (hv != h && hv != h + 1) || o == 0) {
+        throw std::runtime_error(path + ": bilinear_weight is " + golden::shape_str(golden::shape_of(p.w)) +
+                                 ", expected [o, h(+1), h(+1)] with h = " + std::to_string(h));
+    }
+    p.bh = golden::load<double>(path, "head_bias", {h});
+    p.wd = golden::load<double>(path, "dependent_weight", {h, n_in});
+    p.bd = golden::load<double>(path, "dependent_bias", {h});
+    p.cfg.n_in = n_in;
+    p.cfg.hidden = h;
+    p.cfg.labels = o;
+    p.cfg.bias_u = hu == h + 1;
+    p.cfg.bias_v = hv == h + 1;
+    p.cfg.dropout = 0.0;
+    return p;
+}
+
+template <class T>
+void set_params(biaffine_scorer<T>& s, const golden_params& p)
+{
+    s.set_parameter("head_weight", p.wh);
+    s.set_parameter("head_bias", p.bh);
+    s.set_parameter("dependent_weight", p.wd);
+    s.set_parameter("dependent_bias", p.bd);
+    s.set_parameter("bilinear_weight", p.w);
+}
+
+// Value of a padded score array `[b, L, L]` or `[b, L, L, o]` at (k, m, l, c).
+template <class A>
+double padded_at(const A& y, std::size_t k, std::size_t m, std::size_t l, std::size_t c)
+{
+    return y.dimension() == 3 ? static_cast<double>(y(k, m, l)) : static_cast<double>(y(k, m, l, c));
+}
+
+// Compares a padded output against the reference only inside each sequence.
+template <class T, class A>
+golden::comparison compare_inside(const A& y, const xt::xarray<double>& ref, const std::vector<int>& lengths,
+                                  std::size_t o)
+{
+    if (golden::shape_of(y) != golden::shape_of(ref)) {
+        golden::comparison c;
+        c.shape_ok = false;
+        return c;
+    }
+    std::vector<double> a, r;
+    for (std::size_t k = 0; k < lengths.size(); ++k) {
+        const std::size_t n = static_cast<std::size_t>(lengths[k]);
+        for (std::size_t m = 0; m < n; ++m)
+            for (std::size_t l = 0; l < n; ++l)
+                for (std::size_t c = 0; c < o; ++c) {
+                    a.push_back(padded_at(y, k, m, l, c));
+                    r.push_back(padded_at(ref, k, m, l, c));
+                }
+    }
+    return golden::compare_flat<T>(a, r);
+}
+
+// Compares per-split outputs `[n, n(, o)]` against the padded reference.
+template <class T>
+golden::comparison compare_splits(const score_list<T>& Y, const xt::xarray<double>& ref,
+                                  const std::vector<int>& lengths, std::size_t o)
+{
+    std::vector<double> a, r;
+    golden::comparison bad;
+    bad.shape_ok = false;
+    if (Y.size() != lengths.size()) return bad;
+    for (std::size_t k = 0; k < lengths.size(); ++k) {
+        const std::size_t n = static_cast<std::size_t>(lengths[k]);
+        const std::vector<std::size_t> want = o == 1 ? std::vector<std::size_t>{n, n} : std::vector<std::size_t>{n, n, o};
+        if (golden::shape_of(Y[k]) != want) return bad;
+        for (std::size_t m = 0; m < n; ++m)
+            for (std::size_t l = 0; l < n; ++l)
+                for (std::size_t c = 0; c < o; ++c) {
+                    a.push_back(o == 1 ? static_cast<double>(Y[k](m, l)) : static_cast<double>(Y[k](m, l, c)));
+                    r.push_back(padded_at(ref, k, m, l, c));
+                }
+    }
+    return golden::compare_flat<T>(a, r);
+}
+
+template <class T>
+void check_param_grads(const biaffine_scorer<T>& s, const std::string& path, const golden_params& p)
+{
+    const std::size_t h = p.cfg.hidden, n_in = p.cfg.n_in;
+    GOLDEN_CHECK("dhead_weight", golden::compare<T>(s.d_head_weight(), golden::load<double>(path, "dhead_weight", {h, n_in})));
+    GOLDEN_CHECK("dhead_bias", golden::compare<T>(s.d_head_bias(), golden::load<double>(path, "dhead_bias", {h})));
+    GOLDEN_CHECK("ddependent_weight",
+                 golden::compare<T>(s.d_dependent_weight(), golden::load<double>(path, "ddependent_weight", {h, n_in})));
+    GOLDEN_CHECK("ddependent_bias",
+                 golden::compare<T>(s.d_dependent_bias(), golden::load<double>(path, "ddependent_bias", {h})));
+    GOLDEN_CHECK("dbilinear_weight",
+                 golden::compare<T>(s.d_bilinear_weight(),
+                                    golden::load<double>(path, "dbilinear_weight", golden::shape_of(p.w))));
+}
+
+template <class T>
+void check_model_case(const golden::case_dir& c)
+{
+    INFO("case " << c.path << " (" << type_name(T()) << ")");
+    const xt::xarray<double> x64 = golden::load_rank<double>(c.path, "x", 3);
+    const std::size_t b = x64.shape()[0], L = x64.shape()[1], n_in = x64.shape()[2];
+    const xt::xarray<int> len_arr = golden::load<int>(c.path, "lengths", {b});
+    const std::vector<int> lengths(len_arr.begin(), len_arr.end());
+    for (int n : lengths) REQUIRE((n >= 0 && static_cast<std::size_t>(n) <= L));
+    const xt::xarray<int> train_arr = golden::load<int>(c.path, "train", {1});
+    REQUIRE((train_arr(0) == 0 || train_arr(0) == 1));
+    const mode m = train_arr(0) == 1 ? mode::train : mode::eval;
+    const golden_params p = load_params(c.path, n_in);
+    const std::size_t o = p.cfg.labels;
+    const std::vector<std::size_t> yshape =
+        o == 1 ? std::vector<std::size_t>{b, L, L} : std::vector<std::size_t>{b, L, L, o};
+    const xt::xarray<double> y64 = golden::load<double>(c.path, "y", yshape);
+    const xt::xarray<double> dy64 = golden::load<double>(c.path, "dy", yshape);
+    const xt::xarray<double> dx64 = golden::load<double>(c.path, "dx", {b, L, n_in});
+
+    const xt::xtensor<T, 3> x = xt::cast<T>(x64);
+    const score_array<T> dy = xt::cast<T>(dy64);
+
+    {
+        // Padded API: forward, backward into dx and every parameter gradient.
+        biaffine_scorer<T> s(p.cfg);
+        set_params(s, p);
+        auto [y, bp] = s.forward_padded(x, len_arr, m);
+        GOLDEN_CHECK("forward_padded y (inside)", compare_inside<T>(y, y64, lengths, o));
+        const tensor<T, 3> dx = bp(dy);
+        GOLDEN_CHECK("forward_padded dx", golden::compare<T>(dx, dx64));
+        check_param_grads(s, c.path, p);
+        if (m == mode::eval) {
+            const score_array<T> yp = s.predict_padded(x, lengths);
+            GOLDEN_CHECK("predict_padded y (inside)", compare_inside<T>(yp, y64, lengths, o));
+        }
+    }
+    {
+        // Split-list API on views of each sequence (no padding).
+        biaffine_scorer<T> s(p.cfg);
+        set_params(s, p);
+        std::vector<seq_view<const T>> items;
+        for (std::size_t k = 0; k < b; ++k) {
+            items.push_back({x.data() + k * L * n_in, static_cast<std::size_t>(lengths[k]), n_in,
+                             static_cast<std::ptrdiff_t>(n_in), 1});
+        }
+        if (m == mode::eval) {
+            GOLDEN_CHECK("predict (split list)", compare_splits<T>(s.predict(items), y64, lengths, o));
+        }
+        auto [Y, bp] = s.forward(items, m);
+        GOLDEN_CHECK("forward (split list) y", compare_splits<T>(Y, y64, lengths, o));
+        // Per-split gradients: the reference dy inside each split.
+        std::vector<xt::xtensor<T, 3>> dys;
+        std::vector<score_view<const T>> dyv;
+        std::vector<xt::xtensor<T, 2>> dxs;
+        std::vector<seq_view<T>> dxv;
+        for (std::size_t k = 0; k < b; ++k) {
+            const std::size_t n = static_cast<std::size_t>(lengths[k]);
+            xt::xtensor<T, 3> g = xt::zeros<T>({n, n, o});
+            for (std::size_t mm = 0; mm < n; ++mm)
+                for (std::size_t l = 0; l < n; ++l)
+                    for (std::size_t cc = 0; cc < o; ++cc) g(mm, l, cc) = static_cast<T>(padded_at(dy64, k, mm, l, cc));
+            dys.push_back(std::move(g));
+            dxs.push_back(xt::xtensor<T, 2>(typename xt::xtensor<T, 2>::shape_type{n, n_in}, T(-7)));
+        }
+        for (std::size_t k = 0; k < b; ++k) {
+            const std::size_t n = static_cast<std::size_t>(lengths[k]);
+            dyv.push_back({dys[k].data(), n, o, static_cast<std::ptrdiff_t>(n * o)});
+            dxv.push_back({dxs[k].data(), n, n_in, static_cast<std::ptrdiff_t>(n_in), 1});
+        }
+        bp(span<const score_view<const T>>(dyv.data(), dyv.size()), span<const seq_view<T>>(dxv.data(), dxv.size()));
+        std::vector<double> a, r;
+        for (std::size_t k = 0; k < b; ++k)
+            for (std::size_t t = 0; t < static_cast<std::size_t>(lengths[k]); ++t)
+                for (std::size_t j = 0; j < n_in; ++j) {
+                    a.push_back(static_cast<double>(dxs[k](t, j)));
+                    r.push_back(dx64(k, t, j));
+                }
+        GOLDEN_CHECK("forward (split list) dX", golden::compare_flat<T>(a, r));
+        check_param_grads(s, c.path, p);
+    }
+}
+
+template <class T>
+void check_pipeline_case(const golden::case_dir& c)
+{
+    INFO("case " << c.path << " (" << type_name(T()) << ")");
+    const int n_docs = golden::load<int>(c.path, "n_docs", {1})(0);
+    const int n_splits = golden::load<int>(c.path, "n_splits", {1})(0);
+    REQUIRE(n_docs >= 0);
+    REQUIRE(n_splits >= 0);
+    std::vector<xt::xtensor<T, 2>> docs;
+    std::vector<std::vector<int>> lens;
+    std::vector<std::size_t> flat;
+    std::size_t n_in = 0;
+    for (int d = 0; d < n_docs; ++d) {
+        const std::string ds = "doc" + std::to_string(d);
+        const xt::xarray<double> doc = golden::load_rank<double>(c.path, ds, 2);
+        if (d == 0) n_in = doc.shape()[1];
+        REQUIRE(doc.shape()[1] == n_in);
+        const xt::xarray<int> l = golden::load_rank<int>(c.path, ds + "_split_lengths", 1);
+        long sum = 0;
+        for (int v : l) {
+            REQUIRE(v >= 0);
+            sum += v;
+            flat.push_back(static_cast<std::size_t>(v));
+        }
+        REQUIRE(static_cast<std::size_t>(sum) == doc.shape()[0]);
+        docs.push_back(xt::cast<T>(doc));
+        lens.emplace_back(l.begin(), l.end());
+    }
+    REQUIRE(flat.size() == static_cast<std::size_t>(n_splits));
+    REQUIRE(n_in > 0);
+    const golden_params p = load_params(c.path, n_in);
+    const std::size_t o = p.cfg.labels;
+    std::vector<xt::xarray<double>> ref;
+    for (std::size_t k = 0; k < flat.size(); ++k) {
+        const std::size_t n = flat[k];
+        ref.push_back(golden::load<double>(c.path, "split" + std::to_string(k) + "_y",
+                                           o == 1 ? std::vector<std::size_t>{n, n} : std::vector<std::size_t>{n, n, o}));
+    }
+    biaffine_scorer<T> s(p.cfg);
+    set_params(s, p);
+
+    auto check_list = [&](const std::string& what, const score_list<T>& Y) {
+        INFO(what);
+        REQUIRE(Y.size() == ref.size());
+        for (std::size_t k = 0; k < Y.size(); ++k) {
+            GOLDEN_CHECK("split " << k, golden::compare<T>(Y[k], ref[k]));
+        }
+    };
+    for (std::uint64_t items : {std::uint64_t(1), std::uint64_t(8), std::uint64_t(1000)}) {
+        auto pipe = with_splits(with_minibatch_by_padded_size(with_pad_seq_unpad_matrix(s), budget::items(items)));
+        check_list("pad/unpad, items(" + std::to_string(items) + ")", pipe.predict(docs, lens));
+    }
+    for (std::uint64_t bytes : {std::uint64_t(4096), std::uint64_t(1) << 20}) {
+        auto pipe = with_splits(with_minibatch_by_padded_size(s, budget::bytes(bytes)));
+        check_list("split list, bytes(" + std::to_string(bytes) + ")", pipe.predict(docs, lens));
+        // Streaming gives the same scores, each split exactly once.
+        std::vector<int> seen(ref.size(), 0);
+        pipe.predict_stream(docs, lens, [&](std::size_t k, std::size_t, score_view<const T> v) {
+            REQUIRE(k < ref.size());
+            ++seen[k];
+            std::vector<double> a, r(ref[k].begin(), ref[k].end());
+            for (std::size_t mm = 0; mm < v.n; ++mm)
+                for (std::size_t l = 0; l < v.n; ++l)
+                    for (std::size_t cc = 0; cc < v.labels; ++cc) a.push_back(static_cast<double>(v(mm, l, cc)));
+            GOLDEN_CHECK("stream split " << k, golden::compare_flat<T>(a, r));
+        });
+        for (std::size_t k = 0; k < seen.size(); ++k) CHECK(seen[k] == 1);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("golden dir: every folder has a known kind, each kind is present", "[scorer][golden]")
+{
+    bool is_default = false;
+    const std::string root = golden::dir(&is_default);
+    const auto cs = golden::cases();  // throws on an unknown prefix
+    std::size_t n[3] = {0, 0, 0};
+    for (const auto& c : cs) ++n[static_cast<int>(c.k)];
+    std::cout << "golden dir " << root << ": " << n[0] << " bilinear, " << n[1] << " model, " << n[2]
+              << " pipeline cases\n";
+    if (is_default) {
+        CHECK(n[0] >= 1);
+        CHECK(n[1] >= 1);
+        CHECK(n[2] >= 1);
+    } else {
+        CHECK(!cs.empty());
+    }
+}
+
+TEST_CASE("scorer matches every model_* golden case (padded and split-list APIs)", "[scorer][golden]")
+{
+    bool is_default = false;
+    golden::dir(&is_default);
+    const auto cs = golden::cases_of(golden::kind::model);
+    if (is_default) REQUIRE(!cs.empty());
+    for (const auto& c : cs) {
+        check_model_case<double>(c);
+        check_model_case<float>(c);
+    }
+    std::cout << "scorer golden: " << cs.size() << " model cases checked (float64 and float32)\n";
+}
+
+TEST_CASE("with_splits pipelines match every pipeline* golden case", "[scorer][golden][pipeline]")
+{
+    bool is_default = false;
+    golden::dir(&is_default);
+    const auto cs = golden::cases_of(golden::kind::pipeline);
+    if (is_default) REQUIRE(!cs.empty());
+    for (const auto& c : cs) {
+        check_pipeline_case<double>(c);
+        check_pipeline_case<float>(c);
+    }
+    std::cout << "scorer golden: " << cs.size() << " pipeline cases checked (float64 and float32)\n";
+}
