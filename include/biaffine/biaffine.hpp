@@ -15,3 +15,5 @@
 #include "biaffine/with_pad_seq_unpad_matrix.hpp"
 #include "biaffine/with_minibatch_by_padded_size.hpp"
 #include "biaffine/with_splits.hpp"
+#include "biaffine/decode.hpp"
+#include "biaffine/lazy_split.hpp"

@@ -1,0 +1,146 @@
+// tests/odr_a.cpp + tests/odr_b.cpp: one binary, two translation units that
+// both include the umbrella header and instantiate the same templates (scorer
+// and pipeline, float and double). It must link (no multiple definitions:
+// everything in the headers is inline or a template), the process-wide state
+// must be one object (the tracker, the thread's workspace arena), and each
+// unit's computations must be right. Built with link-time optimisation when
+// available, so GCC's -Wodr can diagnose mismatched definitions.
+//
+// This unit: inference (predict and predict_stream through with_splits +
+// with_minibatch_by_padded_size + with_pad_seq_unpad_matrix) against naive
+// loops, head decoding, lazy splitting; and main().
+#include <biaffine/biaffine.hpp>
+
+#include <xtensor/xtensor.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+// Defined in odr_b.cpp.
+int odr_b_check(std::string& log);
+const void* odr_b_tracker();
+const void* odr_b_arena();
+unsigned long long odr_b_tracked_allocation(std::size_t bytes, bool release);
+
+namespace {
+
+// Naive S[m, l] of one split in double, from the scorer's parameters.
+template <class T>
+double naive_score(const biaffine::biaffine_scorer<T>& s, const xt::xtensor<T, 2>& x, std::size_t dep,
+                   std::size_t head)
+{
+    const std::size_t h = s.hidden(), n_in = s.n_in();
+    std::vector<double> u(h + 1, 1.0), v(h + 1, 1.0);
+    for (std::size_t i = 0; i < h; ++i) {
+        double a = s.head_bias()(i), b = s.dependent_bias()(i);
+        for (std::size_t j = 0; j < n_in; ++j) {
+            a += double(s.head_weight()(i, j)) * double(x(head, j));
+            b += double(s.dependent_weight()(i, j)) * double(x(dep, j));
+        }
+        u[i] = std::max(a, 0.0);
+        v[i] = std::max(b, 0.0);
+    }
+    double acc = 0;
+    for (std::size_t i = 0; i <= h; ++i) {
+        for (std::size_t j = 0; j <= h; ++j) acc += u[i] * double(s.bilinear_weight()(0, i, j)) * v[j];
+    }
+    return acc;
+}
+
+// Inference through the full pipeline in T; returns the number of failures.
+template <class T>
+int check_inference(const char* type, double tol, std::string& log)
+{
+    int failures = 0;
+    biaffine::scorer_config cfg;
+    cfg.n_in = 7;
+    cfg.hidden = 6;
+    cfg.seed = 5;
+    biaffine::biaffine_scorer<T> scorer(cfg);
+    xt::xtensor<T, 2> doc = xt::xtensor<T, 2>::from_shape({12, 7});
+    for (std::size_t i = 0; i < doc.size(); ++i) doc.data()[i] = static_cast<T>(std::sin(0.7 * double(i) + 0.3));
+    const std::vector<std::vector<int>> lengths{{5, 3, 0, 4}};
+    const std::size_t start[] = {0, 5, 8, 8};
+    const std::vector<xt::xtensor<T, 2>> docs{doc};
+    // Budget of 9 padded items: the splits go in several batches.
+    auto pipeline = biaffine::with_splits(biaffine::with_minibatch_by_padded_size(
+        biaffine::with_pad_seq_unpad_matrix(scorer), biaffine::budget::items(9)));
+    const biaffine::score_list<T> y = pipeline.predict(docs, lengths);
+    double worst = 0;
+    std::size_t streamed = 0;
+    if (y.size() != 4) {
+        log += std::string(type) + ": expected 4 score matrices\n";
+        return 1;
+    }
+    for (std::size_t k = 0; k < 4; ++k) {
+        const std::size_t n = y[k].shape()[0];
+        for (std::size_t m = 0; m < n; ++m) {
+            for (std::size_t l = 0; l < n; ++l) {
+                const double ref = naive_score(scorer, doc, start[k] + m, start[k] + l);
+                worst = std::max(worst, std::abs(double(y[k](m, l)) - ref) / (1.0 + std::abs(ref)));
+            }
+        }
+    }
+    pipeline.predict_stream(docs, lengths, [&](std::size_t k, std::size_t, biaffine::score_view<const T> s) {
+        ++streamed;
+        for (std::size_t m = 0; m < s.n; ++m) {
+            for (std::size_t l = 0; l < s.n; ++l) {
+                const double ref = naive_score(scorer, doc, start[k] + m, start[k] + l);
+                worst = std::max(worst, std::abs(double(s(m, l)) - ref) / (1.0 + std::abs(ref)));
+            }
+        }
+    });
+    if (!(worst < tol) || streamed != 4) {
+        log += std::string(type) + ": inference differs from the naive computation by " + std::to_string(worst) +
+               " (" + std::to_string(streamed) + " splits streamed)\n";
+        ++failures;
+    }
+    const std::vector<std::size_t> tree = biaffine::mst_heads(y[0]);
+    if (!biaffine::is_tree(tree) || tree.size() != 5) {
+        log += std::string(type) + ": mst_heads did not give a tree\n";
+        ++failures;
+    }
+    return failures;
+}
+
+}  // namespace
+
+int odr_a_check(std::string& log)
+{
+    int failures = check_inference<float>("a/float", 1e-5, log) + check_inference<double>("a/double", 1e-12, log);
+    if (biaffine::lazy_split(std::vector<double>{0, 1, 2, 3, 4}, 2) != std::vector<std::size_t>{2, 1, 1, 1}) {
+        log += "a: lazy_split([0,1,2,3,4], 2) != [2,1,1,1]\n";
+        ++failures;
+    }
+    return failures;
+}
+
+int main()
+{
+    std::string log;
+    int failures = odr_a_check(log) + odr_b_check(log);
+    // One tracker and one workspace arena per thread, whichever unit asks.
+    if (&biaffine::tracker() != odr_b_tracker()) {
+        log += "the two units see different memory trackers\n";
+        ++failures;
+    }
+    if (static_cast<const void*>(&biaffine::detail::arena()) != odr_b_arena()) {
+        log += "the two units see different workspace arenas on one thread\n";
+        ++failures;
+    }
+    // Bytes allocated through the tracking allocator in unit b are counted by
+    // the tracker unit a reads, and released again.
+    const unsigned long long before = biaffine::tracker().current_bytes();
+    const unsigned long long reported = odr_b_tracked_allocation(4096, false);
+    const unsigned long long during = biaffine::tracker().current_bytes();
+    odr_b_tracked_allocation(4096, true);
+    if (during - before != 4096 || reported != during || biaffine::tracker().current_bytes() != before) {
+        log += "tracked allocations in unit b are not seen by unit a's tracker\n";
+        ++failures;
+    }
+    std::printf("%sodr: %d failure(s)\n", log.c_str(), failures);
+    return failures == 0 ? 0 : 1;
+}
