@@ -30,11 +30,14 @@ enum class budget_kind {
 
 /// A batch budget: `budget::items(n)` or `budget::bytes(b)`. Zero is refused.
 struct budget {
-    budget_kind kind = budget_kind::bytes;
-    std::uint64_t value = 0;
+    budget_kind kind = budget_kind::bytes; ///< what value counts
+    std::uint64_t value = 0;               ///< padded items or bytes
 
+    /// At most `n` padded items (count * max_len) per batch: spaCy's rule.
     static budget items(std::uint64_t n) { return check({budget_kind::padded_items, n}); }
+    /// At most `b` bytes of reported working set per batch.
     static budget bytes(std::uint64_t b) { return check({budget_kind::bytes, b}); }
+    /// `mb` MiB (2^20 bytes), checked for overflow.
     static budget megabytes(std::uint64_t mb)
     {
         return bytes(detail::checked_mul(mb, std::uint64_t(1) << 20, "budget in megabytes"));
@@ -58,13 +61,27 @@ enum class oversize_policy {
 
 /// One planned batch: item positions (into the buffer) and its max length.
 struct planned_batch {
-    std::size_t first = 0; ///< first position in the plan's index array
-    std::size_t count = 0;
-    std::size_t max_len = 0;
-    bool oversize = false;
+    std::size_t first = 0;   ///< first position in the plan's index array
+    std::size_t count = 0;   ///< items in the batch
+    std::size_t max_len = 0; ///< its longest item
+    bool oversize = false;   ///< a lone item over the budget
 };
 
 namespace detail {
+
+// Whether growing a batch to (count, len) would exceed the limit. A cost that
+// overflows 64 bits exceeds any limit: close the batch rather than throw (the
+// item then starts a batch of its own, where a cost that still overflows
+// throws overflow_error).
+template <class Cost>
+bool would_exceed(Cost& cost, std::size_t count, std::size_t len, std::uint64_t limit)
+{
+    try {
+        return cost(count, len) > limit;
+    } catch (const overflow_error&) {
+        return true;
+    }
+}
 
 /// Plans one buffer. `lengths[i]` is item i's length; `cost(count, max_len)`
 /// returns a batch's cost in the budget's unit (checked). On return
@@ -85,7 +102,7 @@ std::size_t plan_buffer(span<const std::size_t> lengths, std::uint64_t limit, Co
     for (std::size_t i = 0; i < n; ++i) {
         const std::size_t len = lengths[order[i]];  // ascending: the newest item is the longest
         const std::size_t count = i - start;
-        if (count != 0 && cost(count + 1, len) > limit) {
+        if (count != 0 && would_exceed(cost, count + 1, len, limit)) {
             batches[n_batches++] = {start, count, lengths[order[i - 1]], false};
             start = i;
         }
@@ -104,7 +121,8 @@ std::size_t plan_buffer(span<const std::size_t> lengths, std::uint64_t limit, Co
 
 /// The spaCy rule on a whole list of lengths, for inspection and parity
 /// tests: returns the batches (input indices, ascending inside) in the order
-/// they would run. `size` counts padded items.
+/// they would run. `size` counts padded items. Any lengths are fine: a
+/// product that overflows 64 bits is simply over the size.
 ///   minibatch_by_padded_size({5, 6, 5, 9}, 18) == {{3}, {0, 1, 2}}
 inline std::vector<std::vector<std::size_t>> minibatch_by_padded_size(const std::vector<std::size_t>& lengths,
                                                                       std::uint64_t size, std::size_t buffer = 256)

@@ -19,8 +19,9 @@
 
 namespace biaffine {
 
-/// Category tags for tracking_allocator.
+/// Category tag of tracking_allocator: scratch, activations, bookkeeping.
 struct work_tag {};
+/// Category tag of tracking_allocator: buffers handed to the caller (scores).
 struct output_tag {};
 
 /// A snapshot of the tracker's counters.
@@ -40,19 +41,24 @@ struct memory_stats {
 /// exception safety and to keep a service inside a memory quota).
 class memory_tracker {
 public:
+    /// The process-wide tracker (also `biaffine::tracker()`).
     static memory_tracker& instance()
     {
         static memory_tracker tracker;
         return tracker;
     }
 
+    /// A consistent snapshot of every counter.
     memory_stats stats() const
     {
         std::lock_guard<std::mutex> lock(mutex_);
         return stats_;
     }
+    /// Tracked bytes alive now.
     std::uint64_t current_bytes() const { return stats().current_bytes; }
+    /// Highest current_bytes since the last reset_peak().
     std::uint64_t peak_bytes() const { return stats().peak_bytes; }
+    /// Allocations since process start.
     std::uint64_t allocations() const { return stats().allocations; }
 
     /// Resets both peaks to the current values (start of a measured region).
@@ -69,6 +75,7 @@ public:
         std::lock_guard<std::mutex> lock(mutex_);
         limit_ = bytes;
     }
+    /// The hard cap set by set_limit (0: none).
     std::uint64_t limit() const
     {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -97,6 +104,7 @@ public:
         }
     }
 
+    /// Records the release of `bytes` in a category.
     void on_deallocate(std::uint64_t bytes, bool is_output) noexcept
     {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -107,7 +115,8 @@ public:
         ++stats_.frees;
     }
 
-    // Used by scoped_peak: swap the peaks in and out of a scope.
+    /// Sets both peaks and returns the old ones (scoped_peak swaps a scope's
+    /// peaks in and out with it).
     std::pair<std::uint64_t, std::uint64_t> exchange_peaks(std::uint64_t peak, std::uint64_t work_peak)
     {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -133,6 +142,7 @@ inline memory_tracker& tracker() { return memory_tracker::instance(); }
 /// see each other's allocations (measure one thing at a time).
 class scoped_peak {
 public:
+    /// Opens the scope: the peaks restart at the current bytes.
     scoped_peak()
     {
         const memory_stats s = tracker().stats();
@@ -180,6 +190,8 @@ public:
     {
     }
 
+    /// `n` uninitialised elements, 64-byte aligned; counted before the heap
+    /// is touched (throws std::bad_alloc over the tracker's limit).
     T* allocate(std::size_t n)
     {
         if (n > std::numeric_limits<std::size_t>::max() / sizeof(T)) {
@@ -195,6 +207,7 @@ public:
         }
     }
 
+    /// Frees `n` elements from allocate() and uncounts them.
     void deallocate(T* p, std::size_t n) noexcept
     {
         tracker().on_deallocate(n * sizeof(T), is_output);

@@ -22,7 +22,7 @@ namespace biaffine {
 
 /// One row of a memory_log.
 struct memory_checkpoint {
-    std::string label;
+    std::string label;               ///< the name given to checkpoint()
     std::uint64_t current_bytes = 0; ///< tracked bytes alive at the checkpoint
     std::uint64_t peak_bytes = 0;    ///< peak since the previous checkpoint (or the log's start)
     std::int64_t change_bytes = 0;   ///< current minus the previous checkpoint's current
@@ -70,6 +70,7 @@ public:
         return rows_.back();
     }
 
+    /// Every checkpoint so far, in order.
     const std::vector<memory_checkpoint>& checkpoints() const noexcept { return rows_; }
     /// Highest peak over all checkpoints.
     std::uint64_t peak_bytes() const noexcept { return overall_peak_; }
@@ -106,6 +107,8 @@ public:
                << c.seconds << '\n';
         }
     }
+    /// The same CSV into the file `path` (throws biaffine::error if it
+    /// cannot be written).
     void write_csv(const std::string& path) const
     {
         std::ofstream f(path);

@@ -16,9 +16,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include <Eigen/Core>
 
+#include "biaffine/detail/checked.hpp"
 #include "biaffine/errors.hpp"
 #include "biaffine/tensor.hpp"
 
@@ -124,6 +126,12 @@ void check_bilinear_shapes(const Array& u, const Array& v, const Array& w, bool 
         throw shape_error(msg("pairwise_bilinear: W is [", w.shape()[0], ", ", w.shape()[1], ", ", w.shape()[2],
                               "], expected [o, ", h + (bias_u ? 1 : 0), ", ", h + (bias_v ? 1 : 0), "]"));
     }
+    // The output [b, L, L, o] and the per-sequence T [L, o * hv], checked
+    // before xtensor multiplies the shapes out unchecked.
+    using value_t = std::remove_const_t<std::remove_reference_t<decltype(*u.data())>>;
+    const std::size_t b = u.shape()[0], L = u.shape()[1], o = w.shape()[0];
+    to_index_size(checked_product("pairwise_bilinear output", b, L, L, o, sizeof(value_t)), "pairwise_bilinear output");
+    to_index_size(checked_product("pairwise_bilinear T", L, o, w.shape()[2], sizeof(value_t)), "pairwise_bilinear T");
 }
 
 }  // namespace detail

@@ -66,6 +66,7 @@ struct batch_cost {
     std::uint64_t heap = 0;    ///< other temporaries on the tracked heap, freed when the call returns
     std::uint64_t saved = 0;   ///< kept for backward until the callback runs (train only)
     std::uint64_t outputs = 0; ///< score tensors handed to the caller
+    /// Everything, the unit a byte budget counts.
     std::uint64_t total() const
     {
         return detail::checked_add(detail::checked_add(scratch, heap, "batch cost"),
@@ -147,15 +148,27 @@ void softmax_backward(score_view<const T> y, score_view<const T> dy, score_view<
 /// The biaffine scorer: parameters, their gradients, and forward / backward
 /// over split lists and padded batches. Float or double.
 ///
-/// Thread safety: `predict*` and `cost` are const and may run concurrently;
-/// `forward*` (dropout generator) and the backprop callbacks (gradient
-/// accumulation) must not run concurrently with each other on one scorer.
+/// Thread safety: `predict*`, `cost` and `padded_cost` are const and may run
+/// concurrently with each other (and with a backprop callback, which writes
+/// only gradients). `forward*` (dropout generator) and the backprop callbacks
+/// (gradient accumulation) must not run concurrently with each other on one
+/// scorer. Changing parameters (`set_parameter`, `load_npy`, `initialize`,
+/// an optimiser step, `zero_grad`) must not overlap any other call.
+///
+/// Non-finite inputs: NaN / Inf in one split's rows reach that split's scores
+/// only (eval: a NaN token's row and column; train: the softmax spreads it
+/// over the split), never another split's, whichever batch they share: every
+/// product runs row-wise on the packed rows or per split. In backward they
+/// reach that split's input gradient and, as any input does, the parameter
+/// gradients (sums over all splits).
 template <class T>
 class biaffine_scorer {
 public:
     static_assert(std::is_floating_point<T>::value, "biaffine_scorer<T>: T must be float or double");
     using value_type = T;
+    /// Callback of forward(): per-split dY in, per-split dX written.
     using backprop_type = split_backprop<T>;
+    /// Callback of forward_padded(): dy `[b, L, L(, o)]` in, dx `[b, L, n_in]` out.
     using padded_backprop_type = backprop_fn<tensor<T, 3>(const score_array<T>&)>;
 
     /// Allocates and initialises the parameters from `cfg.seed`: Xavier-uniform
@@ -184,11 +197,17 @@ public:
         initialize(cfg.seed);
     }
 
+    /// The configuration it was built with.
     const scorer_config& config() const noexcept { return cfg_; }
+    /// Width of the token representations.
     std::size_t n_in() const noexcept { return cfg_.n_in; }
+    /// h, width of the head and dependent projections.
     std::size_t hidden() const noexcept { return cfg_.hidden; }
+    /// o, the number of labels.
     std::size_t labels() const noexcept { return cfg_.labels; }
+    /// h + bias_u: the head side of the bilinear weight `[o, hu, hv]`.
     std::size_t hu() const noexcept { return cfg_.hidden + (cfg_.bias_u ? 1 : 0); }
+    /// h + bias_v: the dependent side of the bilinear weight `[o, hu, hv]`.
     std::size_t hv() const noexcept { return cfg_.hidden + (cfg_.bias_v ? 1 : 0); }
 
     /// Re-draws every parameter from `seed` (see the constructor).
@@ -209,25 +228,24 @@ public:
         fill(w_, std::sqrt(6.0 / (fan_in + fan_out)));
     }
 
-    // Parameters `[h, n_in]`, `[h]`, `[h, n_in]`, `[h]`, `[o, hu, hv]` and their gradients.
-    const tensor<T, 2>& head_weight() const noexcept { return wh_; }
-    const tensor<T, 1>& head_bias() const noexcept { return bh_; }
-    const tensor<T, 2>& dependent_weight() const noexcept { return wd_; }
-    const tensor<T, 1>& dependent_bias() const noexcept { return bd_; }
-    const tensor<T, 3>& bilinear_weight() const noexcept { return w_; }
-    const tensor<T, 2>& d_head_weight() const noexcept { return dwh_; }
-    const tensor<T, 1>& d_head_bias() const noexcept { return dbh_; }
-    const tensor<T, 2>& d_dependent_weight() const noexcept { return dwd_; }
-    const tensor<T, 1>& d_dependent_bias() const noexcept { return dbd_; }
-    const tensor<T, 3>& d_bilinear_weight() const noexcept { return dw_; }
+    const tensor<T, 2>& head_weight() const noexcept { return wh_; }        ///< Wh `[h, n_in]`
+    const tensor<T, 1>& head_bias() const noexcept { return bh_; }          ///< bh `[h]`
+    const tensor<T, 2>& dependent_weight() const noexcept { return wd_; }   ///< Wd `[h, n_in]`
+    const tensor<T, 1>& dependent_bias() const noexcept { return bd_; }     ///< bd `[h]`
+    const tensor<T, 3>& bilinear_weight() const noexcept { return w_; }     ///< W `[o, hu, hv]`
+    const tensor<T, 2>& d_head_weight() const noexcept { return dwh_; }     ///< dL/dWh `[h, n_in]`
+    const tensor<T, 1>& d_head_bias() const noexcept { return dbh_; }       ///< dL/dbh `[h]`
+    const tensor<T, 2>& d_dependent_weight() const noexcept { return dwd_; } ///< dL/dWd `[h, n_in]`
+    const tensor<T, 1>& d_dependent_bias() const noexcept { return dbd_; }  ///< dL/dbd `[h]`
+    const tensor<T, 3>& d_bilinear_weight() const noexcept { return dw_; }  ///< dL/dW `[o, hu, hv]`
 
     /// A parameter with its gradient, for optimisers and serialisation.
     struct parameter {
-        const char* name;
-        T* data;
-        T* grad;
-        std::size_t size;
-        std::vector<std::size_t> shape;
+        const char* name;                ///< also the .npy file name
+        T* data;                         ///< values, row-major
+        T* grad;                         ///< accumulated gradient, same layout
+        std::size_t size;                ///< element count
+        std::vector<std::size_t> shape;  ///< e.g. `[h, n_in]`
     };
 
     /// All five parameters, in the order head_weight, head_bias,
@@ -361,7 +379,7 @@ public:
         score_list<T> Y;
         Y.reserve(X.size());
         for (std::size_t k = 0; k < X.size(); ++k) {
-            Y.push_back(score_tensor<T>(score_shape(X[k].rows)));
+            Y.push_back(new_scores(X[k].rows));
         }
         predict_into(X, [&](std::size_t k, std::size_t) { return dense_view(Y[k]); },
                      [](std::size_t, score_view<T>) {});
@@ -396,7 +414,7 @@ public:
         score_list<T> Y;
         Y.reserve(X.size());
         for (std::size_t k = 0; k < X.size(); ++k) {
-            Y.push_back(score_tensor<T>(score_shape(X[k].rows)));
+            Y.push_back(new_scores(X[k].rows));
         }
         backprop_type bp = forward_into(X, m, [&](std::size_t k, std::size_t) { return dense_view(Y[k]); });
         return {std::move(Y), std::move(bp)};
@@ -444,6 +462,8 @@ public:
                                               shape_str(std::vector<std::size_t>(dy.shape().begin(), dy.shape().end()))));
             }
             const std::size_t b = lens.size();
+            detail::to_index_size(detail::checked_product("padded input gradient", b, L, n_in, sizeof(T)),
+                                  "padded input gradient");
             tensor<T, 3> dx = xt::zeros<T>({b, L, n_in});
             tracked_vector<score_view<const T>> dys(b);
             tracked_vector<seq_view<T>> dxs(b);
@@ -482,6 +502,21 @@ private:
         if (h.find("'<f4'") != std::string::npos) return xt::cast<double>(xt::load_npy<float>(path));
         if (h.find("'<f8'") != std::string::npos) return xt::load_npy<double>(path);
         throw error(detail::msg("load_npy: ", path, " is not a float32 or float64 .npy file"));
+    }
+
+    // One split's `[n, n(, o)]` output; its size is checked before xtensor
+    // multiplies the shape out unchecked.
+    score_tensor<T> new_scores(std::size_t n) const
+    {
+        detail::to_index_size(detail::checked_product("split scores", n, n, cfg_.labels, sizeof(T)), "split scores");
+        return score_tensor<T>(score_shape(n));
+    }
+
+    // Elements of a packed `[rows, cols...]` buffer, checked.
+    template <class... Ts>
+    static std::size_t elements(const char* what, std::uint64_t rows, Ts... cols)
+    {
+        return detail::to_index_size(detail::checked_product(what, rows, cols..., sizeof(T)), what) / sizeof(T);
     }
 
     template <class S>
@@ -647,8 +682,8 @@ private:
         const std::size_t N = fill_offsets(X, off.data());
         const std::size_t n_xp = detail::to_index_size(detail::checked_mul(N, cfg_.n_in, "packed input"), "packed input");
         scratch<T> xp(n_xp);
-        scratch<T> u(N * hu());
-        scratch<T> v(N * hv());
+        scratch<T> u(elements("packed U", N, hu()));
+        scratch<T> v(elements("packed V", N, hv()));
         scratch<T> t(detail::to_index_size(detail::checked_product("packed T", N, o, hv()), "packed T"));
         gather(X, off.data(), xp.data());
         project(xp.data(), N, wh_, bh_, cfg_.bias_u, u.data());
@@ -697,7 +732,8 @@ private:
         const std::size_t n_t = detail::to_index_size(detail::checked_product("packed T", N, o, hv()), "packed T");
         // Kept activations are tensors that move into the callback; recomputed
         // ones are workspace scratch that dies with this call.
-        scratch<T> u_tmp(keep ? 0 : N * hu()), v_tmp(keep ? 0 : N * hv()), t_tmp(keep ? 0 : n_t);
+        const std::size_t n_u = elements("packed U", N, hu()), n_v = elements("packed V", N, hv());
+        scratch<T> u_tmp(keep ? 0 : n_u), v_tmp(keep ? 0 : n_v), t_tmp(keep ? 0 : n_t);
         if (keep) {
             sb.u = tensor<T, 2>::from_shape({N, hu()});
             sb.v = tensor<T, 2>::from_shape({N, hv()});
@@ -754,17 +790,19 @@ private:
         const std::size_t* off = sb.off.data();
         const bool keep = sb.kept;
         // Recomputed activations (recompute_in_backward) live in scratch.
-        scratch<T> u_tmp(keep ? 0 : N * hu()), v_tmp(keep ? 0 : N * hv()), t_tmp(keep ? 0 : N * o * hv());
-        scratch<T> y_tmp(keep || !sb.train ? 0 : max_n * max_n * o);
+        const std::size_t n_u = elements("packed U", N, hu()), n_v = elements("packed V", N, hv());
+        const std::size_t n_t = elements("packed T", N, o, hv()), n_s = elements("split scores", max_n, max_n, o);
+        scratch<T> u_tmp(keep ? 0 : n_u), v_tmp(keep ? 0 : n_v), t_tmp(keep ? 0 : n_t);
+        scratch<T> y_tmp(keep || !sb.train ? 0 : n_s);
         const T* u = keep ? sb.u.data() : u_tmp.data();
         const T* v = keep ? sb.v.data() : v_tmp.data();
         const T* t = keep ? sb.t.data() : t_tmp.data();
         if (!keep) forward_activations(sb.views, off, N, sb.drop, sb.seed, u_tmp.data(), v_tmp.data(), t_tmp.data());
-        scratch<T> dt(N * o * hv());
-        scratch<T> dv(N * hv());
-        scratch<T> du(N * hu());
-        scratch<T> ds(sb.train ? max_n * max_n * o : 0);
-        scratch<T> xp(N * n_in);
+        scratch<T> dt(n_t);
+        scratch<T> dv(n_v);
+        scratch<T> du(n_u);
+        scratch<T> ds(sb.train ? n_s : 0);
+        scratch<T> xp(elements("packed input", N, n_in));
         for (std::size_t k = 0; k < count; ++k) {
             const std::size_t n = sb.views[k].rows;
             score_view<const T> g = dY[k];

@@ -47,7 +47,9 @@ using score_array = xt::xarray<T, xt::layout_type::row_major, tracking_allocator
 template <class T>
 class span {
 public:
+    /// Empty.
     span() = default;
+    /// `size` elements from `data`.
     span(T* data, std::size_t size) : data_(data), size_(size) {}
     // From any contiguous container (std::vector, tracked_vector, ...).
     template <class C, class = decltype(std::declval<C&>().data()),
@@ -55,27 +57,27 @@ public:
     span(C&& c) : data_(c.data()), size_(c.size())
     {
     }
-    T* data() const noexcept { return data_; }
-    std::size_t size() const noexcept { return size_; }
-    bool empty() const noexcept { return size_ == 0; }
-    T& operator[](std::size_t i) const noexcept { return data_[i]; }
-    T* begin() const noexcept { return data_; }
-    T* end() const noexcept { return data_ + size_; }
+    T* data() const noexcept { return data_; }                   ///< first element
+    std::size_t size() const noexcept { return size_; }          ///< element count
+    bool empty() const noexcept { return size_ == 0; }           ///< size() == 0
+    T& operator[](std::size_t i) const noexcept { return data_[i]; } ///< element i, unchecked
+    T* begin() const noexcept { return data_; }                  ///< iteration
+    T* end() const noexcept { return data_ + size_; }            ///< iteration
 
 private:
     T* data_ = nullptr;
     std::size_t size_ = 0;
 };
 
-/// Row-major Eigen matrix types used by the kernels.
+/// Row-major `[rows, cols]` Eigen matrix, the kernels' layout.
 template <class T>
 using row_matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+/// Mutable map of a row-major `[rows, cols]` block with a row stride.
 template <class T>
 using row_map = Eigen::Map<row_matrix<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+/// Read-only map of a row-major `[rows, cols]` block with a row stride.
 template <class T>
 using const_row_map = Eigen::Map<const row_matrix<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
-template <class T>
-using strided_map = Eigen::Map<const row_matrix<T>, Eigen::Unaligned, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>;
 
 /// Non-owning view of a `[rows, cols]` matrix with arbitrary strides (in
 /// elements). A split is a view into its document; a row-major document's
@@ -83,12 +85,13 @@ using strided_map = Eigen::Map<const row_matrix<T>, Eigen::Unaligned, Eigen::Str
 /// work.
 template <class T>
 struct seq_view {
-    T* data = nullptr;
-    std::size_t rows = 0;
-    std::size_t cols = 0;
-    std::ptrdiff_t row_stride = 0;
-    std::ptrdiff_t col_stride = 1;
+    T* data = nullptr;             ///< element (0, 0)
+    std::size_t rows = 0;          ///< tokens
+    std::size_t cols = 0;          ///< features (n_in)
+    std::ptrdiff_t row_stride = 0; ///< elements between rows
+    std::ptrdiff_t col_stride = 1; ///< elements between columns
 
+    /// Element (r, c).
     T& operator()(std::size_t r, std::size_t c) const
     {
         return data[static_cast<std::ptrdiff_t>(r) * row_stride + static_cast<std::ptrdiff_t>(c) * col_stride];
@@ -117,10 +120,10 @@ struct seq_view {
 /// elements (`n * o` when dense, `L * o` inside a padded batch).
 template <class T>
 struct score_view {
-    T* data = nullptr;
-    std::size_t n = 0;
-    std::size_t labels = 1;
-    std::ptrdiff_t row_stride = 0;
+    T* data = nullptr;             ///< score of (dependent 0, head 0, label 0)
+    std::size_t n = 0;             ///< tokens of the split
+    std::size_t labels = 1;        ///< o
+    std::ptrdiff_t row_stride = 0; ///< elements between dependents' rows
 
     /// `[n, n * o]`: row m holds the scores of dependent m, heads then labels.
     auto map() const
@@ -131,6 +134,7 @@ struct score_view {
             data, static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(n * labels),
             Eigen::OuterStride<>(row_stride));
     }
+    /// Score of dependent m, head l, label o.
     T& operator()(std::size_t m, std::size_t l, std::size_t o = 0) const
     {
         return data[static_cast<std::ptrdiff_t>(m) * row_stride + static_cast<std::ptrdiff_t>(l * labels + o)];
@@ -176,7 +180,7 @@ auto as_view(E& m)
     return v;
 }
 
-/// Const view of any of the above.
+/// Read-only `[rows, cols]` view of anything as_view() takes.
 template <class E>
 seq_view<const std::remove_const_t<std::remove_reference_t<decltype(*std::declval<const E&>().data())>>>
 as_const_view(const E& m)

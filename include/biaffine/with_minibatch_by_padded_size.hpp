@@ -11,11 +11,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 
 #include "biaffine/backprop.hpp"
 #include "biaffine/detail/counter.hpp"
+#include "biaffine/detail/gradient_guard.hpp"
 #include "biaffine/detail/task_pool.hpp"
 #include "biaffine/batching.hpp"
 #include "biaffine/errors.hpp"
@@ -24,6 +27,17 @@
 #include "biaffine/workspace.hpp"
 
 namespace biaffine {
+
+namespace detail {
+
+// Whether a split list reports the bytes behind it (split_sequence does).
+template <class Items, class = void>
+struct has_bookkeeping_bytes : std::false_type {};
+template <class Items>
+struct has_bookkeeping_bytes<Items, std::void_t<decltype(std::declval<const Items&>().bookkeeping_bytes())>>
+    : std::true_type {};
+
+}  // namespace detail
 
 /// Options of with_minibatch_by_padded_size.
 struct batch_options {
@@ -35,11 +49,24 @@ struct batch_options {
     /// Training (`forward` and its backprop) runs batches in order on the
     /// calling thread, so dropout draws and gradient sums stay deterministic.
     std::size_t threads = 1;
+    /// With threads > 1, let `predict_stream` call the sink from several
+    /// threads at once (it must then be thread-safe, e.g. write to per-split
+    /// slots). Off: sink calls are serialised, so per-split work done in the
+    /// sink (decoding) runs on one thread at a time.
+    bool concurrent_sink = false;
 };
 
 /// See the file comment. `Inner` is a split-list layer: `predict`,
 /// `predict_stream`, `forward`, `cost`, `n_in`, `labels`, `score_shape`
 /// (biaffine_scorer, with_pad_seq_unpad_matrix, or your own).
+///
+/// Thread safety: `predict` and `predict_stream` are const and may run
+/// concurrently (the counters are atomic) when the inner layer's predict may;
+/// each call's sink is never called concurrently. `forward` and its backprop
+/// follow the inner layer's rules. Exception safety: a throwing backprop
+/// leaves the parameter gradients as they were (all batches or none, when
+/// the inner layer exposes `parameters()` or `inner()`); the input-gradient
+/// slots are then unspecified.
 template <class Inner>
 class with_minibatch_by_padded_size_layer {
     using inner_type = std::remove_reference_t<Inner>;
@@ -49,6 +76,8 @@ public:
     using T = value_type;
     using backprop_type = split_backprop<T>;
 
+    /// Wraps `inner` (held by reference when an lvalue); throws budget_error
+    /// for a zero budget or buffer, error for zero threads.
     with_minibatch_by_padded_size_layer(Inner&& inner, budget b, batch_options opts = {})
         : inner_(std::forward<Inner>(inner)), budget_(b), opts_(opts)
     {
@@ -57,13 +86,14 @@ public:
         if (opts.threads == 0) throw error("with_minibatch_by_padded_size: threads must be at least 1, got 0");
     }
 
-    inner_type& inner() noexcept { return inner_; }
-    const inner_type& inner() const noexcept { return inner_; }
-    const budget& get_budget() const noexcept { return budget_; }
-    const batch_options& options() const noexcept { return opts_; }
-    std::size_t n_in() const { return inner_.n_in(); }
-    std::size_t labels() const { return inner_.labels(); }
-    auto score_shape(std::size_t n) const { return inner_.score_shape(n); }
+    inner_type& inner() noexcept { return inner_; }                  ///< the wrapped layer
+    const inner_type& inner() const noexcept { return inner_; }      ///< the wrapped layer
+    const budget& get_budget() const noexcept { return budget_; }    ///< the batch budget
+    const batch_options& options() const noexcept { return opts_; } ///< buffer, oversize, threads
+    std::size_t n_in() const { return inner_.n_in(); }               ///< input width
+    std::size_t labels() const { return inner_.labels(); }           ///< o
+    auto score_shape(std::size_t n) const { return inner_.score_shape(n); } ///< `[n, n(, o)]`
+    /// The inner layer's cost of a batch of `count` splits of at most `max_len`.
     batch_cost cost(std::size_t count, std::size_t max_len, mode m = mode::eval) const
     {
         return inner_.cost(count, max_len, m);
@@ -74,10 +104,21 @@ public:
     std::uint64_t oversize_count() const noexcept { return oversize_.load(); }
     /// Batches run since construction (or the last reset).
     std::uint64_t batch_count() const noexcept { return batches_.load(); }
+    /// Zeroes oversize_count() and batch_count().
     void reset_counts() noexcept
     {
         oversize_ = 0;
         batches_ = 0;
+    }
+
+    /// What a batch of `count` splits of at most `max_len` tokens is charged
+    /// against a byte budget: the inner layer's reported total, plus the list
+    /// of `count` score tensors it hands back (output category) before they
+    /// move to their input positions.
+    std::uint64_t planned_bytes(std::size_t count, std::size_t max_len, mode m = mode::eval) const
+    {
+        return detail::checked_add(inner_.cost(count, max_len, m).total(),
+                                   detail::checked_mul(count, sizeof(score_tensor<T>), "batch cost"), "batch cost");
     }
 
     /// Bytes of this layer's own inference bookkeeping for `n_items` items
@@ -95,7 +136,7 @@ public:
     template <class Items>
     score_list<T> predict(const Items& X) const
     {
-        score_list<T> Y(X.size());
+        score_list<T> Y = placeholders(X.size());
         run(X, mode::eval, opts_.threads, [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t) {
             score_list<T> Yb = inner_.predict(items);
             for (std::size_t j = 0; j < items.size(); ++j) Y[index[j]] = std::move(Yb[j]);
@@ -104,7 +145,8 @@ public:
     }
 
     /// Streaming: `sink(k, score_view<const T>)` for every split k (in batch
-    /// order, not input order); each view lives only during its call.
+    /// order, not input order); each view lives only during its call. The
+    /// sink is never called concurrently unless `options().concurrent_sink`.
     template <class Items, class Sink>
     void predict_stream(const Items& X, Sink&& sink) const
     {
@@ -112,8 +154,12 @@ public:
         run(X, mode::eval, opts_.threads,
             [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t) {
                 inner_.predict_stream(items, [&](std::size_t j, score_view<const T> s) {
-                    std::lock_guard<std::mutex> lock(sink_mutex);
-                    sink(index[j], s);
+                    if (opts_.concurrent_sink) {
+                        sink(index[j], s);
+                    } else {
+                        std::lock_guard<std::mutex> lock(sink_mutex);
+                        sink(index[j], s);
+                    }
                 });
             });
     }
@@ -124,7 +170,7 @@ public:
     std::pair<score_list<T>, backprop_type> forward(const Items& X, mode m = mode::train)
     {
         const std::size_t n = X.size();
-        score_list<T> Y(n);
+        score_list<T> Y = placeholders(n);
         struct batch_record {
             std::size_t first;  // into `index`
             std::size_t count;
@@ -154,6 +200,11 @@ public:
             for (const batch_record& r : records) widest = std::max(widest, r.count);
             tracked_vector<score_view<const T>> dYb(widest);
             tracked_vector<seq_view<T>> dXb(widest);
+            // All or nothing: with several batches, a throw in a later one
+            // (e.g. std::bad_alloc under a memory limit) restores the
+            // parameter gradients the earlier ones already accumulated into.
+            detail::gradient_guard<T> guard;
+            if (records.size() > 1) guard.capture(*inner);
             workspace_scope keep_scratch;  // one block reused by every batch
             for (batch_record& r : records) {
                 for (std::size_t j = 0; j < r.count; ++j) {
@@ -163,11 +214,22 @@ public:
                 workspace_scope ws(inner->cost(r.count, r.max_len, m).scratch);
                 r.bp(span<const score_view<const T>>(dYb.data(), r.count), span<const seq_view<T>>(dXb.data(), r.count));
             }
+            guard.dismiss();
         });
         return {std::move(Y), std::move(bp)};
     }
 
 private:
+    // Empty outputs, filled batch by batch: a default-constructed xarray
+    // would allocate (and count) one element each.
+    static score_list<T> placeholders(std::size_t n)
+    {
+        score_list<T> Y;
+        Y.reserve(n);
+        for (std::size_t k = 0; k < n; ++k) Y.push_back(score_tensor<T>::from_shape({0}));
+        return Y;
+    }
+
     // Plans every buffer and calls `batch(items, input_indices, max_len)` once
     // per batch inside a workspace sized by the batch's reported scratch; with
     // threads > 1 the batches of a buffer run concurrently.
@@ -179,17 +241,28 @@ private:
         const std::size_t nbuf = std::min(opts_.buffer, n);
         std::uint64_t limit = budget_.value;
         if (budget_.kind == budget_kind::bytes) {
-            const std::uint64_t own = bookkeeping_bytes(n);
+            std::uint64_t own = bookkeeping_bytes(n);
+            // A split list built over documents (with_splits) holds an index
+            // per document for the whole call: it counts against the budget too.
+            if constexpr (detail::has_bookkeeping_bytes<Items>::value) {
+                own = detail::checked_add(own, X.bookkeeping_bytes(), "batch bookkeeping");
+            }
             if (own >= limit) {
                 throw budget_error(detail::msg("with_minibatch_by_padded_size: a budget of ", limit,
-                                               " bytes does not cover the batcher's own bookkeeping (", own,
-                                               " bytes for a buffer of ", nbuf, ")"));
+                                               " bytes does not cover the bookkeeping (", own,
+                                               " bytes: the batcher's for a buffer of ", nbuf,
+                                               " and the split list's per-document index)"));
             }
             limit -= own;
         }
         auto cost = [&](std::size_t count, std::size_t len) -> std::uint64_t {
             if (budget_.kind == budget_kind::padded_items) return detail::checked_mul(count, len, "padded size");
-            return inner_.cost(count, len, m).total();
+            try {
+                return planned_bytes(count, len, m);
+            } catch (const overflow_error& e) {
+                throw overflow_error(detail::msg("with_minibatch_by_padded_size: ", count, " split(s) of length ", len,
+                                                 " cannot be sized: ", e.what()));
+            }
         };
         // The arrays bookkeeping_bytes() accounts for, one entry per buffered item.
         tracked_vector<seq_view<const T>> items(nbuf);
@@ -203,7 +276,16 @@ private:
         std::size_t nb = 0;
         const std::function<void(std::size_t)> run_batch = [&](std::size_t b) {
             const planned_batch& pb = plan[b];
-            workspace_scope ws(inner_.cost(pb.count, pb.max_len, m).scratch);
+            const batch_cost c = inner_.cost(pb.count, pb.max_len, m);
+            // Under a byte budget the block kept from an earlier batch counts
+            // against this one: reuse it only while it fits beside this
+            // batch's other memory (heap, outputs), else size it to this batch.
+            std::uint64_t keep = std::numeric_limits<std::uint64_t>::max();
+            if (budget_.kind == budget_kind::bytes) {
+                const std::uint64_t others = planned_bytes(pb.count, pb.max_len, m) - c.scratch;
+                keep = std::max(c.scratch, others < limit ? limit - others : 0);
+            }
+            workspace_scope ws(c.scratch, keep);
             batch(span<const seq_view<const T>>(batch_items.data() + pb.first, pb.count),
                   span<const std::size_t>(global.data() + pb.first, pb.count), pb.max_len);
         };

@@ -28,6 +28,8 @@ namespace biaffine {
 /// See the file comment. `Inner` has `predict_padded(x, lengths)`,
 /// `forward_padded(x, lengths, mode)`, `padded_cost`, `n_in`, `labels`,
 /// `score_shape` (biaffine_scorer does).
+///
+/// Thread safety: as the inner layer's (`predict`, `predict_stream` const).
 template <class Inner>
 class with_pad_seq_unpad_matrix_layer {
     using inner_type = std::remove_reference_t<Inner>;
@@ -37,13 +39,14 @@ public:
     using T = value_type;
     using backprop_type = split_backprop<T>;
 
+    /// Wraps `inner` (held by reference when an lvalue).
     explicit with_pad_seq_unpad_matrix_layer(Inner&& inner) : inner_(std::forward<Inner>(inner)) {}
 
-    inner_type& inner() noexcept { return inner_; }
-    const inner_type& inner() const noexcept { return inner_; }
-    std::size_t n_in() const { return inner_.n_in(); }
-    std::size_t labels() const { return inner_.labels(); }
-    auto score_shape(std::size_t n) const { return inner_.score_shape(n); }
+    inner_type& inner() noexcept { return inner_; }                  ///< the wrapped layer
+    const inner_type& inner() const noexcept { return inner_; }      ///< the wrapped layer
+    std::size_t n_in() const { return inner_.n_in(); }               ///< input width
+    std::size_t labels() const { return inner_.labels(); }           ///< o
+    auto score_shape(std::size_t n) const { return inner_.score_shape(n); } ///< `[n, n(, o)]`
 
     /// Working set of a batch: padded input and lengths (scratch), the inner
     /// layer's own, its padded output (heap), the unpadded outputs.
@@ -107,6 +110,7 @@ public:
     std::pair<score_list<T>, backprop_type> forward(const Items& X, mode m = mode::train)
     {
         const std::size_t count = X.size(), L = max_len(X), n_in = inner_.n_in(), o = inner_.labels();
+        padded_size(count, L);  // checked before xtensor multiplies the shape out
         tensor<T, 3> x = tensor<T, 3>::from_shape({count, L, n_in});
         tracked_vector<std::int64_t> lens(count);
         pad(X, L, x.data(), lens.data());
@@ -167,9 +171,11 @@ private:
         return L;
     }
 
+    // Elements of the padded input `[count, L, n_in]`, checked (in bytes too).
     std::size_t padded_size(std::size_t count, std::size_t L) const
     {
-        return detail::to_index_size(detail::checked_product("padded batch", count, L, inner_.n_in()), "padded batch");
+        return detail::to_index_size(detail::checked_product("padded batch", count, L, inner_.n_in(), sizeof(T)),
+                                     "padded batch") / sizeof(T);
     }
 
     template <class Items>

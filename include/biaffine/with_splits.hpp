@@ -48,7 +48,8 @@ std::size_t checked_length(I v, std::size_t doc, std::size_t split)
 }  // namespace detail
 
 /// The flat list of splits of a set of documents, as `[n, n_in]` views in
-/// document order. It reads the caller's split lengths (`Lengths`: a range of
+/// document order. Not thread-safe (a mutable cursor): one per call, one
+/// thread at a time. It reads the caller's split lengths (`Lengths`: a range of
 /// per-document integer ranges) through a cursor, so sequential access is O(1)
 /// and nothing is stored per split: a pass over a million splits allocates
 /// nothing.
@@ -58,13 +59,24 @@ class split_sequence {
     using inner_iter = decltype(std::begin(*std::declval<outer_iter>()));
 
 public:
+    /// `docs` views, the caller's `lengths`, and `first_split[d]`, the index
+    /// of document d's first split (n_docs + 1 entries, the last = size()).
     split_sequence(span<const seq_view<const T>> docs, const Lengths& lengths, span<const std::size_t> first_split)
         : docs_(docs), lengths_(&lengths), first_(first_split)
     {
         rewind(0);
     }
 
+    /// Number of splits over all documents.
     std::size_t size() const noexcept { return first_.empty() ? 0 : first_[first_.size() - 1]; }
+
+    /// Tracked bytes of the per-document index behind this list (document
+    /// views, first-split offsets), alive for the whole call: a batcher
+    /// under a byte budget pays them out of the budget with its own.
+    std::uint64_t bookkeeping_bytes() const noexcept
+    {
+        return docs_.size() * sizeof(seq_view<const T>) + first_.size() * sizeof(std::size_t);
+    }
 
     /// Split k as a view into its document.
     seq_view<const T> operator[](std::size_t k) const
@@ -125,6 +137,13 @@ private:
 };
 
 /// See the file comment. `Inner` is a split-list layer.
+///
+/// Thread safety: as its inner layer's. With the library's layers, `predict`
+/// and `predict_stream` are const and may run concurrently from several
+/// threads on one layer (and one scorer); `forward` and the backprop
+/// callbacks must be serialised per scorer. NaN / Inf in one document's rows
+/// reach only the scores (and input gradients) of the splits that contain
+/// them (see biaffine_scorer).
 template <class Inner>
 class with_splits_layer {
     using inner_type = std::remove_reference_t<Inner>;
@@ -134,14 +153,16 @@ public:
     using T = value_type;
     /// Per-document input gradients `[n_tokens, n_in]`.
     using doc_grads = tracked_vector<tensor<T, 2>>;
+    /// Callback of forward(): per-split dY views in (see grad_views), per-document dX out.
     using backprop_type = backprop_fn<doc_grads(span<const score_view<const T>>)>;
 
+    /// Wraps `inner` (held by reference when an lvalue).
     explicit with_splits_layer(Inner&& inner) : inner_(std::forward<Inner>(inner)) {}
 
-    inner_type& inner() noexcept { return inner_; }
-    const inner_type& inner() const noexcept { return inner_; }
-    std::size_t n_in() const { return inner_.n_in(); }
-    std::size_t labels() const { return inner_.labels(); }
+    inner_type& inner() noexcept { return inner_; }             ///< the wrapped layer
+    const inner_type& inner() const noexcept { return inner_; } ///< the wrapped layer
+    std::size_t n_in() const { return inner_.n_in(); }          ///< document width
+    std::size_t labels() const { return inner_.labels(); }      ///< o
 
     /// Scores of every split of every document: `[n, n(, o)]` each, documents
     /// in order, splits in order inside each. `docs[d]` is `[n_tokens_d,
@@ -197,6 +218,8 @@ public:
             doc_grads dX;
             dX.reserve(n_docs);
             for (std::size_t d = 0; d < n_docs; ++d) {
+                detail::to_index_size(detail::checked_product("document gradient", p.docs[d].rows, n_in, sizeof(T)),
+                                      "document gradient");
                 dX.push_back(xt::zeros<T>({p.docs[d].rows, n_in}));
             }
             tracked_vector<seq_view<T>> slots(n_splits);

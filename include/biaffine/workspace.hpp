@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <new>
 
 #include "biaffine/detail/checked.hpp"
@@ -65,13 +66,21 @@ inline arena_state& arena()
 /// block of at least `bytes` bytes (the batch's reported working set).
 class workspace_scope {
 public:
-    explicit workspace_scope(std::uint64_t bytes = 0)
+    /// A block kept from an enclosing scope is reused if it holds `bytes`
+    /// and is no larger than `max_keep`; otherwise (when nothing is carved
+    /// from it) it is replaced by one of exactly `bytes`. A batcher under a
+    /// byte budget passes as `max_keep` what the budget leaves beside the
+    /// batch's other memory, so a block kept from a bigger batch never
+    /// pushes a smaller one over the budget.
+    explicit workspace_scope(std::uint64_t bytes = 0,
+                             std::uint64_t max_keep = std::numeric_limits<std::uint64_t>::max())
     {
         // Sized before the scope is counted: a size that overflows throws
         // without leaving the thread's scope count (and block) behind.
         const std::size_t need = detail::to_index_size(detail::round_up_bytes(bytes), "workspace");
         detail::arena_state& a = detail::arena();
         ++a.scopes;
+        if (a.top == 0 && a.capacity > max_keep && need <= a.capacity) a.release();
         if (need > a.capacity && a.top == 0) {
             // Free first, then allocate: never two blocks alive at once.
             a.release();
