@@ -1,0 +1,769 @@
+// bench_memory - the before/after memory table: naive padding vs the
+// split-batched layers vs streaming, by document length and labels.
+//
+//   bench_memory                                   # the default table
+//   bench_memory --tokens 1k,10k --labels 1 --json  # JSON lines on stdout
+//   bench_memory --svg peak.svg --csv runs.csv --md table.md
+//
+// Modes (all on the same standard workload, bench/workload.hpp):
+//   naive      the "before": every split of the document padded to the
+//              longest into one [n_splits, L, n_in] batch and scored in ONE
+//              call of the scorer's reference interface (predict_padded /
+//              forward_padded): padded input and padded [n_splits, L, L(, o)]
+//              output.
+//   batched    with_splits(with_minibatch_by_padded_size(scorer,
+//              budget::bytes(B))): per-split outputs, a byte budget for
+//              everything else.
+//   streaming  the same composition's predict_stream: each split's scores
+//              go to a sink and the memory is reused; nothing is kept.
+// Every mode decodes heads (argmax over each score row) inside the timed
+// region, so the streaming sink's work is not a handicap and no mode's
+// output can be optimised away.
+//
+// Each configuration runs in a fresh process (max RSS is per process): the
+// driver re-executes /proc/self/exe with --one for every configuration and
+// collects its JSON line. Measured per run: the library tracker's peak
+// (increase over what was alive before the call: parameters and the input
+// document are not counted), output bytes, the counting operator new's peak
+// (same convention), max RSS (and its growth over the RSS before the call),
+// wall time, FLOPs and GFLOP/s.
+#include "counting_new.hpp"  // the one TU of this binary that replaces operator new
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <biaffine/biaffine.hpp>
+
+#include "common.hpp"
+#include "workload.hpp"
+
+namespace bb = biaffine_bench;
+using biaffine::mode;
+
+namespace {
+
+struct options {
+    std::vector<std::uint64_t> tokens{1000, 10000, 100000, 1000000};
+    std::vector<std::uint64_t> labels{1, 50};
+    std::vector<std::string> modes{"naive", "batched", "streaming"};
+    double budget_mb = 16;
+    int threads = 1;
+    bool train = false;
+    bool json = false;
+    bool one = false;
+    bool dry_run = false;
+    std::string replot;  // JSON lines of an earlier run to re-render
+    double max_gb = 8;
+    std::string csv, svg, md;
+};
+
+[[noreturn]] void usage(int code)
+{
+    std::cout <<
+        R"(bench_memory - peak memory and time of naive padding vs split-batched vs streaming scoring
+
+Usage: bench_memory [flags]
+  --tokens LIST      document lengths (default 1k,10k,100k,1M; k/M suffixes ok)
+  --labels LIST      label counts o (default 1,50)
+  --modes LIST       naive,batched,streaming (default all)
+  --budget-mb X      byte budget of the batched/streaming layers in MiB (default 16)
+  --threads N        passed to the library's thread option when it has one
+                     (otherwise the run is single-threaded and says so)
+  --train            forward + backward (streaming has no training path: skipped)
+  --max-gb X         skip configurations whose predicted memory (input
+                     document + working set + outputs) exceeds X GiB (default 8)
+  --json             one JSON object per configuration per line on stdout
+                     (the table then goes to stderr)
+  --csv FILE         all measurements as CSV
+  --svg FILE         plot: tracker peak vs document length, log-log, per mode
+  --md FILE          the Markdown tables (as printed) into FILE
+  --dry-run          print what each configuration is predicted to need; run nothing
+  --replot FILE      no runs: re-render the tables / --csv / --svg / --md from
+                     the JSON lines of an earlier --json run
+  --one              run exactly one configuration in this process (used by
+                     the driver; takes single values for --modes/--tokens/--labels)
+)";
+    std::exit(code);
+}
+
+options parse(int argc, char** argv)
+{
+    options o;
+    bb::args a(argc, argv);
+    while (!a.done()) {
+        const std::string f = a.next();
+        if (f == "--tokens") {
+            o.tokens = bb::parse_counts(a.value(f));
+        } else if (f == "--labels") {
+            o.labels = bb::parse_counts(a.value(f));
+        } else if (f == "--modes") {
+            o.modes = bb::split_list(a.value(f));
+        } else if (f == "--budget-mb") {
+            o.budget_mb = std::stod(a.value(f));
+        } else if (f == "--threads") {
+            o.threads = std::stoi(a.value(f));
+        } else if (f == "--train") {
+            o.train = true;
+        } else if (f == "--json") {
+            o.json = true;
+        } else if (f == "--one") {
+            o.one = true;
+        } else if (f == "--dry-run") {
+            o.dry_run = true;
+        } else if (f == "--replot") {
+            o.replot = a.value(f);
+        } else if (f == "--max-gb") {
+            o.max_gb = std::stod(a.value(f));
+        } else if (f == "--csv") {
+            o.csv = a.value(f);
+        } else if (f == "--svg") {
+            o.svg = a.value(f);
+        } else if (f == "--md") {
+            o.md = a.value(f);
+        } else if (f == "--help" || f == "-h") {
+            usage(0);
+        } else {
+            std::cerr << "bench_memory: unknown flag " << f << "\n";
+            usage(2);
+        }
+    }
+    for (const auto& m : o.modes) {
+        if (m != "naive" && m != "batched" && m != "streaming") {
+            std::cerr << "bench_memory: unknown mode '" << m << "' (naive, batched, streaming)\n";
+            std::exit(2);
+        }
+    }
+    if (o.threads < 1 || o.budget_mb <= 0 || o.tokens.empty() || o.labels.empty()) {
+        std::cerr << "bench_memory: --threads, --budget-mb, --tokens and --labels must be positive\n";
+        std::exit(2);
+    }
+    for (auto l : o.labels) {
+        if (l == 0) {
+            std::cerr << "bench_memory: labels must be >= 1\n";
+            std::exit(2);
+        }
+    }
+    return o;
+}
+
+std::uint64_t budget_bytes(const options& o) { return static_cast<std::uint64_t>(o.budget_mb * bb::mib); }
+
+biaffine::scorer_config config_for(std::size_t labels)
+{
+    biaffine::scorer_config c;
+    c.n_in = 256;
+    c.hidden = 128;
+    c.labels = labels;
+    c.seed = bb::default_model_seed;
+    return c;
+}
+
+// ------------------------------------------------------------ prediction
+
+/// What a configuration is predicted to need, from the split lengths alone
+/// and the scorer's own cost reports: the working set plus outputs (and,
+/// separately, the input document, which exists in every mode).
+struct prediction {
+    double run_bytes = 0;
+    double input_bytes = 0;
+    double total() const { return run_bytes + input_bytes; }
+};
+
+prediction predict(const std::string& m, std::size_t tokens, std::size_t labels, bool train, std::uint64_t budget)
+{
+    const bb::workload w = bb::make_workload(tokens, labels, /*with_doc=*/false);
+    biaffine::biaffine_scorer<float> s(config_for(labels));
+    const double f = sizeof(float);
+    const double b = static_cast<double>(w.splits.size()), L = static_cast<double>(w.max_len());
+    const double N = static_cast<double>(tokens), o = static_cast<double>(labels);
+    const double n_in = 256, hu = static_cast<double>(s.hu()), hv = static_cast<double>(s.hv());
+    const double outputs = static_cast<double>(w.sum_sq()) * o * f;
+    prediction p;
+    p.input_bytes = N * n_in * f;
+    if (m == "naive") {
+        // Padded input and padded output, plus the scorer's packed buffers on
+        // the true rows (its padded path skips padding). The scorer's own
+        // padded_cost() is an upper bound that counts padded rows; this is
+        // closer to what the run allocates.
+        const double pad = b * L * n_in * f, y = b * L * L * o * f;
+        const double packed = N * (n_in + hu + hv + o * hv) * f;
+        p.run_bytes = pad + y + packed;
+        if (train) p.run_bytes += outputs + packed + pad;  // saved softmax, backward buffers, padded dx
+    } else if (m == "batched") {
+        p.run_bytes = outputs + static_cast<double>(budget);
+        if (train) {
+            // Every batch keeps U, V, T and its softmax outputs until backward; dX is input-sized.
+            p.run_bytes += outputs + N * (hu + hv + o * hv) * f + N * n_in * f;
+        }
+    } else {
+        p.run_bytes = static_cast<double>(budget);
+    }
+    return p;
+}
+
+// ------------------------------------------------------------- one run
+
+/// Argmax over every row of one split's scores (heads, or head-label pairs
+/// when o > 1); returns the sum of the chosen heads.
+template <class View>
+std::uint64_t decode_heads(const View& s)
+{
+    std::uint64_t sum = 0;
+    const std::size_t width = s.n * s.labels;
+    for (std::size_t m = 0; m < s.n; ++m) {
+        const float* row = s.data + static_cast<std::ptrdiff_t>(m) * s.row_stride;
+        std::size_t best = 0;
+        float bv = row[0];
+        for (std::size_t i = 1; i < width; ++i) {
+            if (row[i] > bv) {
+                bv = row[i];
+                best = i;
+            }
+        }
+        sum += best / s.labels;
+    }
+    return sum;
+}
+
+/// In place: scores -> a cross-entropy-like gradient (minus one at a "gold"
+/// head, the previous token), the way a trainer reuses its output buffer.
+template <class View>
+void make_gradient(const View& s)
+{
+    for (std::size_t m = 0; m < s.n; ++m) {
+        const std::size_t gold = m == 0 ? 0 : m - 1;
+        s.data[static_cast<std::ptrdiff_t>(m) * s.row_stride + static_cast<std::ptrdiff_t>(gold * s.labels)] -= 1.0f;
+    }
+}
+
+struct measured {
+    std::uint64_t peak = 0, work_peak = 0, outputs = 0, tracker_allocs = 0;
+    std::int64_t heap_peak = 0, heap_allocs = 0;
+    double seconds = 0, cpu_seconds = 0;
+    std::uint64_t checksum = 0;
+    std::uint64_t batches = 0, oversize = 0;
+};
+
+int run_one(const options& o)
+{
+    const std::string m = o.modes.at(0);
+    const std::size_t tokens = o.tokens.at(0), labels = o.labels.at(0);
+    const std::uint64_t budget = budget_bytes(o);
+    if (m == "streaming" && o.train) {
+        std::cerr << "bench_memory: streaming has no training path\n";
+        return 2;
+    }
+
+    bb::workload w = bb::make_workload(tokens, labels);
+    biaffine::biaffine_scorer<float> scorer(config_for(labels));
+    const bb::dims d = w.d;
+    const std::size_t n_in = d.n_in, n_splits = w.splits.size(), L = w.max_len();
+    // Inputs in the shape the pipeline takes, built before measuring (moves, no copies).
+    std::vector<xt::xtensor<float, 2>> docs;
+    docs.push_back(std::move(w.doc));
+    std::vector<std::vector<int>> lens{w.splits};
+
+    biaffine::batch_options bopts;
+    const int threads = bb::apply_threads(bopts, o.threads);
+    auto model = biaffine::with_splits(biaffine::with_minibatch_by_padded_size(scorer, biaffine::budget::bytes(budget), bopts));
+
+    const std::uint64_t rss_before = bb::current_rss_bytes();
+    measured r;
+    {
+        biaffine::scoped_peak sp;
+        bb::heap::reset_peak();
+        const std::int64_t heap_start = bb::heap::current();
+        const std::int64_t heap_allocs_start = bb::heap::allocs();
+        const std::uint64_t allocs_start = biaffine::tracker().stats().allocations;
+        const std::uint64_t out_start = biaffine::tracker().stats().output_bytes;
+        const double c0 = bb::cpu_seconds();
+        const double t0 = bb::now_seconds();
+        double t1 = t0;
+        if (m == "naive") {
+            // The "before": pad everything to the longest split, one call.
+            const auto off = w.offsets();
+            const float* src = docs[0].data();
+            biaffine::tensor<float, 3> x = biaffine::tensor<float, 3>::from_shape({n_splits, L, n_in});
+            for (std::size_t k = 0; k < n_splits; ++k) {
+                float* dst = x.data() + k * L * n_in;
+                const std::size_t n = static_cast<std::size_t>(w.splits[k]);
+                std::copy(src + off[k] * n_in, src + (off[k] + n) * n_in, dst);
+                std::fill(dst + n * n_in, dst + L * n_in, 0.0f);
+            }
+            auto view = [&](biaffine::score_array<float>& y, std::size_t k) {
+                return biaffine::score_view<float>{y.data() + k * L * L * labels,
+                                                   static_cast<std::size_t>(w.splits[k]), labels,
+                                                   static_cast<std::ptrdiff_t>(L * labels)};
+            };
+            if (!o.train) {
+                biaffine::score_array<float> y = scorer.predict_padded(x, w.splits);
+                for (std::size_t k = 0; k < n_splits; ++k) r.checksum += decode_heads(view(y, k));
+                t1 = bb::now_seconds();
+                r.outputs = y.size() * sizeof(float);
+            } else {
+                auto fw = scorer.forward_padded(x, w.splits, mode::train);
+                biaffine::score_array<float>& y = fw.first;
+                for (std::size_t k = 0; k < n_splits; ++k) make_gradient(view(y, k));
+                biaffine::tensor<float, 3> dx = fw.second(y);
+                r.checksum = static_cast<std::uint64_t>(std::abs(dx(0, 0, 0)) * 1e6);
+                t1 = bb::now_seconds();
+                r.outputs = y.size() * sizeof(float);
+            }
+        } else if (m == "batched") {
+            if (!o.train) {
+                biaffine::score_list<float> Y = model.predict(docs, lens);
+                for (const auto& y : Y) r.checksum += decode_heads(biaffine::as_score_view(y));
+                t1 = bb::now_seconds();
+                r.outputs = biaffine::tracker().stats().output_bytes - out_start;
+            } else {
+                auto fw = model.forward(docs, lens, mode::train);
+                for (auto& y : fw.first) {
+                    const auto v = biaffine::as_score_view(y);
+                    make_gradient(biaffine::score_view<float>{y.data(), v.n, v.labels, v.row_stride});
+                }
+                r.outputs = biaffine::tracker().stats().output_bytes - out_start;
+                auto views = decltype(model)::grad_views(fw.first);
+                auto dX = fw.second(biaffine::span<const biaffine::score_view<const float>>(views.data(), views.size()));
+                r.checksum = static_cast<std::uint64_t>(std::abs(dX[0](0, 0)) * 1e6);
+                t1 = bb::now_seconds();
+            }
+        } else {
+            model.predict_stream(docs, lens, [&](std::size_t, std::size_t, biaffine::score_view<const float> s) {
+                r.checksum += decode_heads(s);
+            });
+            t1 = bb::now_seconds();
+            r.outputs = 0;  // nothing is kept
+        }
+        r.seconds = t1 - t0;
+        r.cpu_seconds = bb::cpu_seconds() - c0;
+        r.peak = sp.peak_increase();
+        r.work_peak = sp.work_peak_bytes() > sp.start_bytes() ? sp.work_peak_bytes() - sp.start_bytes() : 0;
+        r.heap_peak = bb::heap::peak() - heap_start;
+        r.heap_allocs = bb::heap::allocs() - heap_allocs_start;
+        r.tracker_allocs = biaffine::tracker().stats().allocations - allocs_start;
+    }
+    r.batches = model.inner().batch_count();
+    r.oversize = model.inner().oversize_count();
+    const std::uint64_t max_rss = bb::max_rss_bytes();
+
+    const double gflop = bb::true_flops(d, w.splits, o.train) / 1e9;
+    const double gflop_padded = bb::padded_flops(d, n_splits, L, o.train) / 1e9;
+    const prediction p = predict(m, tokens, labels, o.train, budget);
+    bb::json_line j;
+    j.add("mode", m)
+        .add("tokens", static_cast<std::uint64_t>(tokens))
+        .add("labels", static_cast<std::uint64_t>(labels))
+        .add("threads", threads)
+        .add("threads_requested", o.threads)
+        .add("train", o.train)
+        .add("budget_bytes", budget)
+        .add("splits", static_cast<std::uint64_t>(n_splits))
+        .add("max_len", static_cast<std::uint64_t>(L))
+        .add("peak_bytes", r.peak)
+        .add("work_peak_bytes", r.work_peak)
+        .add("output_bytes", r.outputs)
+        .add("heap_peak_bytes", r.heap_peak)
+        .add("heap_allocs", r.heap_allocs)
+        .add("tracker_allocs", r.tracker_allocs)
+        .add("max_rss_bytes", max_rss)
+        .add("rss_before_bytes", rss_before)
+        .add("rss_growth_bytes", max_rss > rss_before ? max_rss - rss_before : std::uint64_t(0))
+        .add("input_bytes", static_cast<std::uint64_t>(tokens * n_in * sizeof(float)))
+        .add("predicted_bytes", p.run_bytes)
+        .add("seconds", r.seconds)
+        .add("cpu_seconds", r.cpu_seconds)
+        .add("gflop", gflop)
+        .add("gflop_padded", gflop_padded)
+        .add("gflops", r.seconds > 0 ? gflop / r.seconds : 0.0)
+        .add("batches", m == "naive" ? std::uint64_t(1) : r.batches)
+        .add("oversize", r.oversize)
+        .add("checksum", r.checksum)
+        .add("skipped", false);
+    std::cout << j.str() << std::endl;
+    return 0;
+}
+
+// ---------------------------------------------------------------- driver
+
+struct row {
+    std::string mode;
+    std::uint64_t tokens = 0, labels = 0;
+    std::string line;    // the JSON line
+    bool skipped = false;
+    std::string reason;  // why skipped / failed
+    double predicted = 0;
+    double num(const std::string& k) const { return bb::json_num(line, k); }
+};
+
+/// Runs `argv` as a child, returns (exit status, its stdout).
+std::pair<int, std::string> run_child(const std::vector<std::string>& argv)
+{
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    const pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+    if (pid == 0) {
+        dup2(fds[1], STDOUT_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        std::vector<char*> cargv;
+        for (const auto& s : argv) cargv.push_back(const_cast<char*>(s.c_str()));
+        cargv.push_back(nullptr);
+        execv("/proc/self/exe", cargv.data());
+        std::perror("execv /proc/self/exe");
+        _exit(127);
+    }
+    close(fds[1]);
+    std::string out;
+    char buf[4096];
+    for (;;) {
+        const ssize_t n = read(fds[0], buf, sizeof(buf));
+        if (n > 0) {
+            out.append(buf, static_cast<std::size_t>(n));
+        } else if (n == 0 || errno != EINTR) {
+            break;
+        }
+    }
+    close(fds[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return {status, out};
+}
+
+std::string fmt(const char* f, double v)
+{
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), f, v);
+    return buf;
+}
+
+std::string tokens_label(std::uint64_t t)
+{
+    if (t >= 1000000 && t % 1000000 == 0) return std::to_string(t / 1000000) + "M";
+    if (t >= 1000 && t % 1000 == 0) return std::to_string(t / 1000) + "k";
+    return std::to_string(t);
+}
+
+// 0.1, 1, 10, 1,000, 10,000 ...
+std::string thousands(double v)
+{
+    if (v < 1000) return fmt("%g", v);
+    std::string digits = fmt("%.0f", v), out;
+    for (std::size_t i = 0; i < digits.size(); ++i) {
+        if (i != 0 && (digits.size() - i) % 3 == 0) out += ',';
+        out += digits[i];
+    }
+    return out;
+}
+
+std::string mib_str(double b) { return fmt(b >= 100 * bb::mib ? "%.0f" : (b >= 10 * bb::mib ? "%.1f" : "%.2f"), b / bb::mib); }
+
+std::string tables(const options& o, const std::vector<row>& rows, int threads_effective)
+{
+    std::ostringstream s;
+    s << "Workload: one document per configuration, `n_in = 256` float32, sentences log-normal (median 18, "
+         "sigma 0.6, clipped to [1, 100]); scorer `h = 128`, both bias columns; "
+      << (o.train ? "forward + backward (train mode)" : "inference") << "; budget " << o.budget_mb << " MiB; threads "
+      << threads_effective
+      << (bb::has_threads_member<biaffine::batch_options>::value ? "" : " (the library has no thread option: 1)")
+      << ". CPU: " << bb::cpu_model()
+      << (o.replot.empty() ? "; load average at the end " + bb::load_average() : "; re-rendered from " + o.replot)
+      << ".\n\n"
+      << "Peak = the library tracker's peak increase during the call (parameters and the input document "
+         "excluded); heap = the counting `operator new` peak increase; RSS = process max RSS (growth over the "
+         "RSS before the call in brackets). Time is wall time (process CPU time in brackets). Time includes decoding heads (argmax per row) in every mode. "
+         "GFLOP/s counts the true (length-aware) FLOPs.\n\n";
+    s << "| configuration | peak MiB | outputs MiB | heap peak MiB | max RSS MiB (growth) | time s (CPU s) | GFLOP/s |\n"
+      << "|---|---:|---:|---:|---:|---:|---:|\n";
+    for (const row& r : rows) {
+        s << "| " << tokens_label(r.tokens) << " tokens, o=" << r.labels << ", " << r.mode << " | ";
+        if (r.skipped) {
+            s << r.reason << " | | | | | |\n";
+            continue;
+        }
+        s << mib_str(r.num("peak_bytes")) << " | " << mib_str(r.num("output_bytes")) << " | "
+          << mib_str(r.num("heap_peak_bytes")) << " | " << fmt("%.0f", r.num("max_rss_bytes") / bb::mib) << " ("
+          << fmt("%.0f", r.num("rss_growth_bytes") / bb::mib) << ") | " << fmt("%.3f", r.num("seconds")) << " ("
+          << fmt("%.3f", r.num("cpu_seconds")) << ") | "
+          << fmt("%.1f", r.num("gflops")) << " |\n";
+    }
+    // Ratios per (tokens, labels).
+    auto find = [&](std::uint64_t t, std::uint64_t l, const std::string& m) -> const row* {
+        for (const row& r : rows) {
+            if (r.tokens == t && r.labels == l && r.mode == m && !r.skipped) return &r;
+        }
+        return nullptr;
+    };
+    std::ostringstream rs;
+    bool any = false;
+    rs << "\n| configuration | peak naive / batched | peak naive / streaming | time naive / batched | "
+          "time batched / streaming |\n|---|---:|---:|---:|---:|\n";
+    std::set<std::pair<std::uint64_t, std::uint64_t>> seen;
+    for (const row& r0 : rows) {
+        const auto key = std::make_pair(r0.tokens, r0.labels);
+        if (!seen.insert(key).second) continue;
+        const row* n = find(r0.tokens, r0.labels, "naive");
+        const row* b = find(r0.tokens, r0.labels, "batched");
+        const row* st = find(r0.tokens, r0.labels, "streaming");
+        auto ratio = [](const row* a, const row* c, const char* k) -> std::string {
+            if (a == nullptr || c == nullptr || c->num(k) <= 0) return "-";
+            return fmt("%.1fx", a->num(k) / c->num(k));
+        };
+        if ((n && (b || st)) || (b && st)) any = true;
+        rs << "| " << tokens_label(r0.tokens) << " tokens, o=" << r0.labels << " | " << ratio(n, b, "peak_bytes")
+           << " | " << ratio(n, st, "peak_bytes") << " | " << ratio(n, b, "seconds") << " | "
+           << ratio(b, st, "seconds") << " |\n";
+    }
+    if (any) s << rs.str();
+    return s.str();
+}
+
+void write_csv(const std::string& path, const std::vector<row>& rows)
+{
+    static const char* keys[] = {"mode", "tokens", "labels", "threads", "train", "budget_bytes", "splits",
+                                 "max_len", "peak_bytes", "work_peak_bytes", "output_bytes", "heap_peak_bytes",
+                                 "max_rss_bytes", "rss_growth_bytes", "predicted_bytes", "seconds", "cpu_seconds", "gflop",
+                                 "gflop_padded", "gflops", "batches", "oversize", "skipped", "reason"};
+    std::ofstream f(path);
+    for (std::size_t i = 0; i < std::size(keys); ++i) f << (i ? "," : "") << keys[i];
+    f << "\n";
+    for (const row& r : rows) {
+        for (std::size_t i = 0; i < std::size(keys); ++i) {
+            const auto v = bb::json_get(r.line, keys[i]);
+            std::string s = v ? *v : "";
+            if (s == "null") s.clear();
+            if (s.find(',') != std::string::npos) s = "\"" + s + "\"";
+            f << (i ? "," : "") << s;
+        }
+        f << "\n";
+    }
+}
+
+/// Hand-written SVG: tracker peak (MiB) vs tokens, log-log, one line per
+/// (mode, labels); skipped configurations drawn hollow at their predicted size.
+void write_svg(const std::string& path, const options& o, const std::vector<row>& rows)
+{
+    const double W = 740, H = 460, ml = 90, mr = 190, mt = 40, mb = 60;
+    const double pw = W - ml - mr, ph = H - mt - mb;
+    double xmin = 1e300, xmax = 0, ymin = 1e300, ymax = 0;
+    auto yval = [](const row& r) { return r.skipped ? r.predicted : std::max(r.num("peak_bytes"), 1.0); };
+    for (const row& r : rows) {
+        if (r.skipped && r.predicted <= 0) continue;
+        xmin = std::min(xmin, double(r.tokens));
+        xmax = std::max(xmax, double(r.tokens));
+        ymin = std::min(ymin, yval(r) / bb::mib);
+        ymax = std::max(ymax, yval(r) / bb::mib);
+    }
+    if (xmax <= 0) return;
+    const double bmib = o.budget_mb;
+    ymin = std::min(ymin, bmib);
+    ymax = std::max(ymax, bmib);
+    const double lx0 = std::floor(std::log10(xmin)), lx1 = std::max(std::ceil(std::log10(xmax)), lx0 + 1);
+    const double ly0 = std::floor(std::log10(ymin)), ly1 = std::max(std::ceil(std::log10(ymax)), ly0 + 1);
+    auto X = [&](double v) { return ml + (std::log10(v) - lx0) / (lx1 - lx0) * pw; };
+    auto Y = [&](double v) { return mt + ph - (std::log10(v) - ly0) / (ly1 - ly0) * ph; };
+    std::ofstream f(path);
+    f << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W
+      << " " << H << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+      << "<text x=\"" << ml + pw / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">Peak memory vs document "
+         "length (" << (o.train ? "train" : "inference") << ", float32, n_in=256, h=128)</text>\n";
+    // Grid and ticks.
+    for (double e = lx0; e <= lx1 + 1e-9; e += 1) {
+        const double x = X(std::pow(10.0, e));
+        f << "<line x1=\"" << x << "\" y1=\"" << mt << "\" x2=\"" << x << "\" y2=\"" << mt + ph
+          << "\" stroke=\"#ddd\"/>\n<text x=\"" << x << "\" y=\"" << mt + ph + 18 << "\" text-anchor=\"middle\">"
+          << tokens_label(static_cast<std::uint64_t>(std::pow(10.0, e) + 0.5)) << "</text>\n";
+    }
+    for (double e = ly0; e <= ly1 + 1e-9; e += 1) {
+        const double y = Y(std::pow(10.0, e));
+        const double v = std::pow(10.0, e);
+        f << "<line x1=\"" << ml << "\" y1=\"" << y << "\" x2=\"" << ml + pw << "\" y2=\"" << y
+          << "\" stroke=\"#ddd\"/>\n<text x=\"" << ml - 6 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">"
+          << thousands(v) << "</text>\n";
+    }
+    f << "<rect x=\"" << ml << "\" y=\"" << mt << "\" width=\"" << pw << "\" height=\"" << ph
+      << "\" fill=\"none\" stroke=\"#333\"/>\n"
+      << "<text x=\"" << ml + pw / 2 << "\" y=\"" << H - 18 << "\" text-anchor=\"middle\">document length (tokens)</text>\n"
+      << "<text transform=\"translate(18," << mt + ph / 2 << ") rotate(-90)\" text-anchor=\"middle\">peak tracked "
+         "memory during the call (MiB)</text>\n";
+    // Budget line.
+    f << "<line x1=\"" << ml << "\" y1=\"" << Y(bmib) << "\" x2=\"" << ml + pw << "\" y2=\"" << Y(bmib)
+      << "\" stroke=\"#888\" stroke-dasharray=\"2,3\"/>\n<text x=\"" << ml + pw - 4 << "\" y=\"" << Y(bmib) + 14
+      << "\" text-anchor=\"end\" fill=\"#666\" font-size=\"11\">budget " << bmib << " MiB</text>\n";
+    const std::map<std::string, std::string> colour{{"naive", "#d62728"}, {"batched", "#1f77b4"},
+                                                    {"streaming", "#2ca02c"}};
+    std::vector<std::pair<std::string, std::uint64_t>> series;
+    for (const row& r : rows) {
+        const auto k = std::make_pair(r.mode, r.labels);
+        if (std::find(series.begin(), series.end(), k) == series.end()) series.push_back(k);
+    }
+    double ly = mt + 10;
+    for (const auto& [mname, lab] : series) {
+        const std::string c = colour.count(mname) ? colour.at(mname) : "#000";
+        const std::string dash = lab == 1 ? "" : " stroke-dasharray=\"6,4\"";
+        std::vector<const row*> pts;
+        for (const row& r : rows) {
+            if (r.mode == mname && r.labels == lab && !(r.skipped && r.predicted <= 0)) pts.push_back(&r);
+        }
+        std::sort(pts.begin(), pts.end(), [](const row* a, const row* b) { return a->tokens < b->tokens; });
+        std::string poly;
+        for (const row* r : pts) poly += fmt("%.1f,", X(double(r->tokens))) + fmt("%.1f ", Y(yval(*r) / bb::mib));
+        f << "<polyline points=\"" << poly << "\" fill=\"none\" stroke=\"" << c << "\" stroke-width=\"2\"" << dash
+          << "/>\n";
+        for (const row* r : pts) {
+            f << "<circle cx=\"" << X(double(r->tokens)) << "\" cy=\"" << Y(yval(*r) / bb::mib) << "\" r=\"4\" fill=\""
+              << (r->skipped ? "white" : c) << "\" stroke=\"" << c << "\" stroke-width=\"1.5\"/>\n";
+        }
+        const double lx = ml + pw + 14;
+        f << "<line x1=\"" << lx << "\" y1=\"" << ly << "\" x2=\"" << lx + 26 << "\" y2=\"" << ly << "\" stroke=\"" << c
+          << "\" stroke-width=\"2\"" << dash << "/>\n<text x=\"" << lx + 32 << "\" y=\"" << ly + 4 << "\">" << mname
+          << ", o=" << lab << "</text>\n";
+        ly += 20;
+    }
+    f << "<circle cx=\"" << ml + pw + 27 << "\" cy=\"" << ly << "\" r=\"4\" fill=\"white\" stroke=\"#555\"/>\n<text x=\""
+      << ml + pw + 46 << "\" y=\"" << ly + 4 << "\" font-size=\"11\">predicted, not run</text>\n";
+    f << "</svg>\n";
+}
+
+int report(const options& o, const std::vector<row>& rows, int threads_effective);
+
+/// Rebuilds the rows from the JSON lines of an earlier run.
+int replot(options o)
+{
+    std::ifstream f(o.replot);
+    if (!f) throw std::runtime_error("cannot read " + o.replot);
+    std::vector<row> rows;
+    int threads = 1;
+    for (std::string line; std::getline(f, line);) {
+        if (line.empty() || line[0] != '{') continue;
+        row r;
+        r.line = line;
+        r.mode = bb::json_get(line, "mode").value_or("");
+        r.tokens = static_cast<std::uint64_t>(bb::json_num(line, "tokens"));
+        r.labels = static_cast<std::uint64_t>(bb::json_num(line, "labels"));
+        r.skipped = bb::json_get(line, "skipped").value_or("false") == "true";
+        r.reason = bb::json_get(line, "reason").value_or("");
+        r.predicted = r.skipped ? bb::json_num(line, "predicted_bytes") : 0;
+        o.train = bb::json_get(line, "train").value_or("false") == "true";
+        o.budget_mb = bb::json_num(line, "budget_bytes") / bb::mib;
+        threads = static_cast<int>(bb::json_num(line, "threads", 1));
+        rows.push_back(r);
+    }
+    o.json = false;
+    return report(o, rows, threads);
+}
+
+int drive(const options& o, const char* argv0)
+{
+    (void)argv0;
+    const std::uint64_t budget = budget_bytes(o);
+    std::vector<row> rows;
+    biaffine::batch_options probe;
+    const int threads_effective = bb::apply_threads(probe, o.threads);
+    if (!bb::has_threads_member<biaffine::batch_options>::value && o.threads != 1) {
+        std::cerr << "bench_memory: the library has no thread option yet; running with 1 thread\n";
+    }
+    const double cap = o.max_gb * bb::gib;
+    for (auto t : o.tokens) {
+        for (auto l : o.labels) {
+            for (const auto& m : o.modes) {
+                row r;
+                r.mode = m;
+                r.tokens = t;
+                r.labels = l;
+                bb::json_line skip;
+                skip.add("mode", m).add("tokens", t).add("labels", l).add("threads", threads_effective)
+                    .add("train", o.train).add("budget_bytes", budget);
+                auto skipped = [&](const std::string& why, double predicted) {
+                    r.skipped = true;
+                    r.reason = why;
+                    r.predicted = predicted;
+                    skip.null("peak_bytes").null("output_bytes").null("heap_peak_bytes").null("max_rss_bytes")
+                        .null("seconds").null("gflop").add("predicted_bytes", predicted).add("skipped", true)
+                        .add("reason", why);
+                    r.line = skip.str();
+                };
+                const prediction p = predict(m, t, l, o.train, budget);
+                if (m == "streaming" && o.train) {
+                    skipped("n/a (no training stream)", 0);
+                } else if (o.dry_run) {
+                    skipped("dry run: predicted " + fmt("%.2f", p.run_bytes / bb::gib) + " GiB + input " +
+                                fmt("%.2f", p.input_bytes / bb::gib) + " GiB" + (p.total() > cap ? " (over the cap)" : ""),
+                            p.run_bytes);
+                } else if (p.total() > cap) {
+                    skipped("skipped: needs ~" + fmt("%.1f", p.total() / bb::gib) + " GiB (> --max-gb " +
+                                fmt("%g", o.max_gb) + ")",
+                            p.run_bytes);
+                } else {
+                    std::cerr << "bench_memory: " << m << ", " << t << " tokens, o=" << l
+                              << (o.train ? ", train" : "") << " (predicted " << bb::human_bytes(p.total())
+                              << ") ..." << std::flush;
+                    std::vector<std::string> args{"bench_memory", "--one", "--modes", m, "--tokens",
+                                                  std::to_string(t), "--labels", std::to_string(l), "--budget-mb",
+                                                  fmt("%.17g", o.budget_mb), "--threads", std::to_string(o.threads)};
+                    if (o.train) args.push_back("--train");
+                    const auto [status, out] = run_child(args);
+                    std::string line;
+                    std::istringstream ss(out);
+                    for (std::string x; std::getline(ss, x);) {
+                        if (!x.empty() && x[0] == '{') line = x;
+                    }
+                    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || line.empty()) {
+                        const std::string why = WIFSIGNALED(status)
+                                                    ? "failed: killed by signal " + std::to_string(WTERMSIG(status))
+                                                    : "failed: exit status " + std::to_string(WEXITSTATUS(status));
+                        std::cerr << " " << why << "\n";
+                        skipped(why, 0);
+                    } else {
+                        r.line = line;
+                        std::cerr << " " << fmt("%.3f s", bb::json_num(line, "seconds")) << ", peak "
+                                  << mib_str(bb::json_num(line, "peak_bytes")) << " MiB\n";
+                    }
+                }
+                if (o.json) std::cout << r.line << std::endl;
+                rows.push_back(r);
+            }
+        }
+    }
+    return report(o, rows, threads_effective);
+}
+
+int report(const options& o, const std::vector<row>& rows, int threads_effective)
+{
+    const std::string t = tables(o, rows, threads_effective);
+    (o.json ? std::cerr : std::cout) << "\n" << t;
+    if (!o.md.empty()) std::ofstream(o.md) << t;
+    if (!o.csv.empty()) write_csv(o.csv, rows);
+    if (!o.svg.empty()) write_svg(o.svg, o, rows);
+    for (const row& r : rows) {
+        if (r.reason.rfind("failed", 0) == 0) return 1;
+    }
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    try {
+        const options o = parse(argc, argv);
+        if (o.one) return run_one(o);
+        if (!o.replot.empty()) return replot(o);
+        return drive(o, argv[0]);
+    } catch (const std::exception& e) {
+        std::cerr << "bench_memory: " << e.what() << "\n";
+        return 1;
+    }
+}

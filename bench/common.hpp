@@ -1,0 +1,258 @@
+// bench/common.hpp - small helpers shared by the bench binaries: clocks,
+// process memory (max RSS, current RSS), flag parsing, one-line JSON writing
+// and reading, medians, the library's thread option when it has one.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+namespace biaffine_bench {
+
+inline double now_seconds()
+{
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+/// CPU time of the whole process (all threads), in seconds. On a busy
+/// machine it is steadier than wall time for single-threaded work.
+inline double cpu_seconds()
+{
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+/// The process's high-water resident set (getrusage), in bytes.
+inline std::uint64_t max_rss_bytes()
+{
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    return static_cast<std::uint64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+/// The process's resident set now (/proc/self/statm), in bytes.
+inline std::uint64_t current_rss_bytes()
+{
+    std::ifstream f("/proc/self/statm");
+    std::uint64_t size = 0, resident = 0;
+    f >> size >> resident;
+    return resident * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+/// The CPU model name from /proc/cpuinfo.
+inline std::string cpu_model()
+{
+    std::ifstream f("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(f, line)) {
+        if (line.rfind("model name", 0) == 0) {
+            const auto c = line.find(':');
+            if (c != std::string::npos) return line.substr(line.find_first_not_of(' ', c + 1));
+        }
+    }
+    return "unknown";
+}
+
+/// The 1, 5 and 15 minute load averages, as written in /proc/loadavg.
+inline std::string load_average()
+{
+    std::ifstream f("/proc/loadavg");
+    std::string a, b, c;
+    f >> a >> b >> c;
+    return a + " " + b + " " + c;
+}
+
+inline double median(std::vector<double> v)
+{
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+constexpr double mib = 1024.0 * 1024.0;
+constexpr double gib = 1024.0 * 1024.0 * 1024.0;
+
+// ------------------------------------------------------------------ flags
+
+/// "1k", "10000", "1M", "2.5k" -> integer.
+inline std::uint64_t parse_count(const std::string& s)
+{
+    if (s.empty()) throw std::invalid_argument("empty number");
+    std::size_t pos = 0;
+    const double v = std::stod(s, &pos);
+    double mult = 1;
+    const std::string suffix = s.substr(pos);
+    if (suffix == "k" || suffix == "K") {
+        mult = 1e3;
+    } else if (suffix == "m" || suffix == "M") {
+        mult = 1e6;
+    } else if (!suffix.empty()) {
+        throw std::invalid_argument("bad number '" + s + "'");
+    }
+    if (!(v >= 0)) throw std::invalid_argument("bad number '" + s + "'");
+    return static_cast<std::uint64_t>(v * mult + 0.5);
+}
+
+inline std::vector<std::string> split_list(const std::string& s, char sep = ',')
+{
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, sep)) {
+        if (!item.empty()) out.push_back(item);
+    }
+    return out;
+}
+
+inline std::vector<std::uint64_t> parse_counts(const std::string& s)
+{
+    std::vector<std::uint64_t> out;
+    for (const auto& x : split_list(s)) out.push_back(parse_count(x));
+    return out;
+}
+
+/// argv walker: `--name value` and `--name=value`.
+class args {
+public:
+    args(int argc, char** argv) : v_(argv + 1, argv + argc) {}
+    bool done() const { return i_ >= v_.size(); }
+    /// The next flag's name (value split off when written `--name=value`).
+    std::string next()
+    {
+        std::string a = v_[i_++];
+        const auto eq = a.find('=');
+        if (a.rfind("--", 0) == 0 && eq != std::string::npos) {
+            pending_ = a.substr(eq + 1);
+            a = a.substr(0, eq);
+        } else {
+            pending_.reset();
+        }
+        return a;
+    }
+    std::string value(const std::string& flag)
+    {
+        if (pending_) {
+            std::string v = *pending_;
+            pending_.reset();
+            return v;
+        }
+        if (i_ >= v_.size()) throw std::invalid_argument(flag + " needs a value");
+        return v_[i_++];
+    }
+
+private:
+    std::vector<std::string> v_;
+    std::size_t i_ = 0;
+    std::optional<std::string> pending_;
+};
+
+// ------------------------------------------------------------------- JSON
+
+/// One flat JSON object on one line.
+class json_line {
+public:
+    json_line& add(const std::string& key, const std::string& v)
+    {
+        std::string e;
+        for (char c : v) {
+            if (c == '"' || c == '\\') e += '\\';
+            if (c == '\n') {
+                e += "\\n";
+                continue;
+            }
+            e += c;
+        }
+        return raw(key, "\"" + e + "\"");
+    }
+    json_line& add(const std::string& key, const char* v) { return add(key, std::string(v)); }
+    json_line& add(const std::string& key, bool v) { return raw(key, v ? "true" : "false"); }
+    json_line& add(const std::string& key, double v)
+    {
+        char buf[64];
+        std::snprintf(buf, sizeof(buf), "%.6g", v);
+        return raw(key, buf);
+    }
+    template <class I, class = std::enable_if_t<std::is_integral<I>::value && !std::is_same<I, bool>::value>>
+    json_line& add(const std::string& key, I v)
+    {
+        return raw(key, std::to_string(v));
+    }
+    json_line& null(const std::string& key) { return raw(key, "null"); }
+    std::string str() const { return body_ + "}"; }
+
+private:
+    json_line& raw(const std::string& key, const std::string& v)
+    {
+        body_ += (body_.size() > 1 ? ", \"" : "\"") + key + "\": " + v;
+        return *this;
+    }
+    std::string body_ = "{";
+};
+
+/// The raw value of `key` in a flat JSON line written by json_line (strings
+/// unquoted); nullopt when absent.
+inline std::optional<std::string> json_get(const std::string& line, const std::string& key)
+{
+    const std::string pat = "\"" + key + "\": ";
+    const auto p = line.find(pat);
+    if (p == std::string::npos) return std::nullopt;
+    std::size_t i = p + pat.size();
+    if (i < line.size() && line[i] == '"') {
+        std::string out;
+        for (++i; i < line.size() && line[i] != '"'; ++i) {
+            if (line[i] == '\\' && i + 1 < line.size()) ++i;
+            out += line[i];
+        }
+        return out;
+    }
+    const auto e = line.find_first_of(",}", i);
+    return line.substr(i, e - i);
+}
+
+inline double json_num(const std::string& line, const std::string& key, double fallback = 0)
+{
+    const auto v = json_get(line, key);
+    if (!v || *v == "null") return fallback;
+    if (*v == "true") return 1;
+    if (*v == "false") return 0;
+    return std::stod(*v);
+}
+
+// ------------------------------------------------------- library options
+
+/// Sets `opts.threads` when the library's option struct has one (the
+/// parallel-batches work adds it); returns the thread count that applies.
+template <class O, class = void>
+struct has_threads_member : std::false_type {};
+template <class O>
+struct has_threads_member<O, std::void_t<decltype(std::declval<O&>().threads)>> : std::true_type {};
+
+template <class O>
+int apply_threads(O& opts, int threads)
+{
+    if constexpr (has_threads_member<O>::value) {
+        opts.threads = static_cast<std::decay_t<decltype(opts.threads)>>(threads);
+        return threads;
+    } else {
+        (void)opts;
+        return 1;
+    }
+}
+
+}  // namespace biaffine_bench
