@@ -96,3 +96,11 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 echo
 echo "Wrote $OUT/README_bench.md (total $((end - start)) s)."
+
+# Splice it into README.md between the bench markers, so the README's
+# numbers are always the last generated ones, never typed by hand.
+awk -v f="$OUT/README_bench.md" '
+  /<!-- bench:start -->/ { print; while ((getline l < f) > 0) print l; skip = 1; next }
+  /<!-- bench:end -->/   { skip = 0 }
+  !skip' README.md > README.md.tmp && mv README.md.tmp README.md
+echo "Updated the Benchmarks section of README.md."

@@ -241,19 +241,25 @@ private:
         const std::size_t nbuf = std::min(opts_.buffer, n);
         std::uint64_t limit = budget_.value;
         if (budget_.kind == budget_kind::bytes) {
-            std::uint64_t own = bookkeeping_bytes(n);
+            const std::uint64_t own = bookkeeping_bytes(n);
+            if (own >= limit) {
+                throw budget_error(detail::msg("with_minibatch_by_padded_size: a budget of ", limit,
+                                               " bytes does not cover the batcher's own bookkeeping (", own,
+                                               " bytes for a buffer of ", nbuf, ")"));
+            }
+            limit -= own;
             // A split list built over documents (with_splits) holds an index
             // per document for the whole call: it counts against the budget too.
             if constexpr (detail::has_bookkeeping_bytes<Items>::value) {
-                own = detail::checked_add(own, X.bookkeeping_bytes(), "batch bookkeeping");
+                const std::uint64_t index = X.bookkeeping_bytes();
+                if (index >= limit) {
+                    throw budget_error(detail::msg("with_minibatch_by_padded_size: a budget of ", budget_.value,
+                                                   " bytes does not cover the bookkeeping (", own + index,
+                                                   " bytes: the batcher's for a buffer of ", nbuf, ", and ", index,
+                                                   " for the split list's index of its documents)"));
+                }
+                limit -= index;
             }
-            if (own >= limit) {
-                throw budget_error(detail::msg("with_minibatch_by_padded_size: a budget of ", limit,
-                                               " bytes does not cover the bookkeeping (", own,
-                                               " bytes: the batcher's for a buffer of ", nbuf,
-                                               " and the split list's per-document index)"));
-            }
-            limit -= own;
         }
         auto cost = [&](std::size_t count, std::size_t len) -> std::uint64_t {
             if (budget_.kind == budget_kind::padded_items) return detail::checked_mul(count, len, "padded size");

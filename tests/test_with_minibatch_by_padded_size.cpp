@@ -1,0 +1,501 @@
+// Tests for biaffine/with_minibatch_by_padded_size.hpp: through a recording
+// mock, the batches it runs are exactly spaCy's rule (padded items) or the
+// same rule on the inner layer's reported bytes; outputs and gradients come
+// back in input order; the byte budget holds per batch; oversize policies;
+// a mock X·Xᵀ layer batched equals one unbatched call; bad input.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <iostream>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "biaffine/biaffine.hpp"
+#include "layer_helpers.hpp"
+
+using namespace biaffine;
+using th::recording_layer;
+using th::xxt_layer;
+using sizes = std::vector<std::size_t>;
+
+namespace {
+
+/// Items with distinct data pointers (zero-length ones too), so a mock can
+/// tell which item it was handed.
+template <class T>
+struct item_set {
+    std::size_t n_in = 0;
+    std::vector<std::vector<T>> store;
+    std::vector<seq_view<const T>> views;
+    std::map<const T*, std::size_t> index;
+    sizes lengths;
+};
+
+template <class T>
+item_set<T> make_items(std::mt19937& rng, const sizes& lengths, std::size_t n_in)
+{
+    item_set<T> s;
+    s.n_in = n_in;
+    s.lengths = lengths;
+    std::uniform_real_distribution<double> val(-1, 1);
+    for (std::size_t k = 0; k < lengths.size(); ++k) {
+        std::vector<T> buf(std::max<std::size_t>(lengths[k], 1) * n_in);
+        for (auto& v : buf) v = static_cast<T>(val(rng));
+        s.store.push_back(std::move(buf));
+    }
+    for (std::size_t k = 0; k < lengths.size(); ++k) {
+        s.views.push_back({s.store[k].data(), lengths[k], n_in, static_cast<std::ptrdiff_t>(n_in), 1});
+        s.index[s.store[k].data()] = k;
+    }
+    return s;
+}
+
+sizes random_lengths(std::mt19937& rng, std::size_t n, int long_max)
+{
+    sizes l(n);
+    for (auto& x : l) x = static_cast<std::size_t>(th::draw_length(rng, long_max));
+    return l;
+}
+
+template <class T>
+std::vector<sizes> seen_as_indices(const std::vector<th::seen_batch<T>>& calls, const item_set<T>& items)
+{
+    std::vector<sizes> out;
+    for (const auto& c : calls) {
+        sizes b;
+        for (const T* p : c.data) b.push_back(items.index.at(p));
+        out.push_back(b);
+    }
+    return out;
+}
+
+/// Owning per-item input-gradient slots and their views.
+template <class T>
+struct grad_slots {
+    std::vector<std::vector<T>> store;
+    std::vector<seq_view<T>> views;
+    grad_slots(const sizes& lengths, std::size_t n_in)
+    {
+        for (auto n : lengths) store.emplace_back(std::max<std::size_t>(n, 1) * n_in, T(-777));
+        for (std::size_t k = 0; k < lengths.size(); ++k)
+            views.push_back({store[k].data(), lengths[k], n_in, static_cast<std::ptrdiff_t>(n_in), 1});
+    }
+};
+
+template <class T>
+score_list<T> random_score_grads(std::mt19937& rng, const sizes& lengths, std::size_t labels)
+{
+    std::uniform_real_distribution<double> val(-1, 1);
+    score_list<T> g;
+    for (auto n : lengths) {
+        std::vector<std::size_t> shape{n, n};
+        if (labels != 1) shape.push_back(labels);
+        score_tensor<T> t = score_tensor<T>::from_shape(shape);
+        for (auto& v : t) v = static_cast<T>(val(rng));
+        g.push_back(std::move(t));
+    }
+    return g;
+}
+
+template <class T>
+tracked_vector<score_view<const T>> views_of(const score_list<T>& g)
+{
+    tracked_vector<score_view<const T>> v;
+    for (const auto& t : g) v.push_back(as_score_view(t));
+    return v;
+}
+
+std::size_t g_workloads = 0;
+
+// One random workload through a recording layer with a padded-items budget.
+template <class T>
+void check_items_budget(std::mt19937& rng)
+{
+    const std::size_t n = std::uniform_int_distribution<std::size_t>(0, 400)(rng);
+    const std::size_t n_in = std::uniform_int_distribution<std::size_t>(1, 4)(rng);
+    const std::size_t labels = std::uniform_int_distribution<int>(0, 1)(rng) ? 1 : 3;
+    const item_set<T> items = make_items<T>(rng, random_lengths(rng, n, 70), n_in);
+    const std::uint64_t size = std::uniform_int_distribution<std::uint64_t>(1, 400)(rng);
+    const std::size_t buffers[] = {1, 2, 7, 33, 256};
+    batch_options opts;
+    opts.buffer = buffers[std::uniform_int_distribution<int>(0, 4)(rng)];
+    INFO("n=" << n << " size=" << size << " buffer=" << opts.buffer << " labels=" << labels);
+
+    const auto want = minibatch_by_padded_size(items.lengths, size, opts.buffer);
+    // The library's own planner is checked against an independent one in
+    // test_batching; here check the layer follows it, via the reference too.
+    REQUIRE(want == th::reference_batches(
+                        items.lengths, opts.buffer,
+                        [](std::size_t c, std::size_t l) { return std::uint64_t(c) * l; }, size));
+
+    recording_layer<T> rec(n_in, labels);
+    auto layer = with_minibatch_by_padded_size(rec, budget::items(size), opts);
+
+    // predict: the batches, in order, and outputs in input order
+    const score_list<T> Y = layer.predict(items.views);
+    REQUIRE(seen_as_indices(rec.calls, items) == want);
+    REQUIRE(layer.batch_count() == want.size());
+    REQUIRE(Y.size() == n);
+    double worst = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+        const std::size_t len = items.lengths[k];
+        REQUIRE(Y[k].shape()[0] == len);
+        REQUIRE(Y[k].dimension() == (labels == 1 ? 2u : 3u));
+        std::vector<double> want_y;
+        for (std::size_t m = 0; m < len; ++m)
+            for (std::size_t l = 0; l < len; ++l)
+                for (std::size_t q = 0; q < labels; ++q)
+                    want_y.push_back(recording_layer<T>::value(items.views[k], m, l, q));
+        worst = std::max(worst, th::rel_err(th::to_vec(Y[k]), want_y));
+    }
+    REQUIRE(worst < 1e-6);
+
+    // predict_stream: every item exactly once, same values, same batches
+    rec.calls.clear();
+    std::vector<int> seen(n, 0);
+    bool stream_ok = true;
+    layer.predict_stream(items.views, [&](std::size_t k, score_view<const T> s) {
+        if (k >= n || s.n != items.lengths[k] || th::rel_err(th::to_vec(s), th::to_vec(Y[k])) != 0.0) {
+            stream_ok = false;
+            return;
+        }
+        ++seen[k];
+    });
+    REQUIRE(stream_ok);
+    REQUIRE(std::count(seen.begin(), seen.end(), 1) == static_cast<std::ptrdiff_t>(n));
+    REQUIRE(seen_as_indices(rec.calls, items) == want);
+
+    // forward + backprop: same batches; gradients scattered back in order
+    rec.calls.clear();
+    auto [Yf, bp] = layer.forward(items.views, mode::train);
+    REQUIRE(seen_as_indices(rec.calls, items) == want);
+    REQUIRE(Yf.size() == n);
+    double worst_f = 0;
+    for (std::size_t k = 0; k < n; ++k) worst_f = std::max(worst_f, th::rel_err(th::to_vec(Yf[k]), th::to_vec(Y[k])));
+    REQUIRE(worst_f == 0.0);
+    const score_list<T> dY = random_score_grads<T>(rng, items.lengths, labels);
+    const auto dYv = views_of(dY);
+    grad_slots<T> dX(items.lengths, n_in);
+    bp(span<const score_view<const T>>(dYv.data(), n), span<const seq_view<T>>(dX.views.data(), n));
+    // every batch's backprop ran, once
+    auto back = seen_as_indices(rec.backward_calls, items);
+    std::sort(back.begin(), back.end());
+    auto sorted_want = want;
+    std::sort(sorted_want.begin(), sorted_want.end());
+    REQUIRE(back == sorted_want);
+    double worst_dx = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+        const std::size_t len = items.lengths[k];
+        const score_view<const T> g = dYv[k];
+        std::vector<double> got_dx, want_dx;
+        for (std::size_t r = 0; r < len; ++r)
+            for (std::size_t c = 0; c < n_in; ++c) {
+                double acc = 0;
+                for (std::size_t l = 0; l < len; ++l)
+                    for (std::size_t q = 0; q < labels; ++q) acc += double(c + 1) * double(g(r, l, q)) + double(g(l, r, q));
+                want_dx.push_back(acc);
+                got_dx.push_back(static_cast<double>(dX.views[k](r, c)));
+            }
+        worst_dx = std::max(worst_dx, th::rel_err(got_dx, want_dx));
+    }
+    REQUIRE(worst_dx < 1e-5);
+    ++g_workloads;
+}
+
+// One random workload with a byte budget through `spy(inner)`: the batches are
+// the reference rule on the inner layer's reported bytes, each within the
+// budget minus the bookkeeping unless it is a lone oversize split.
+template <class Inner>
+void check_byte_budget(std::mt19937& rng, Inner& inner, const sizes& lengths, std::uint64_t budget_bytes,
+                       std::size_t buffer, mode m)
+{
+    using T = typename Inner::value_type;
+    const std::size_t n = lengths.size();
+    th::spy_layer<Inner> spy(inner);
+    batch_options opts;
+    opts.buffer = buffer;
+    auto layer = with_minibatch_by_padded_size(spy, budget::bytes(budget_bytes), opts);
+    const item_set<T> items = make_items<T>(rng, lengths, inner.n_in());
+    const std::uint64_t own = layer.bookkeeping_bytes(n);
+    INFO("n=" << n << " budget=" << budget_bytes << " bookkeeping=" << own << " buffer=" << buffer);
+    if (own >= budget_bytes) {
+        REQUIRE_THROWS_AS(layer.predict(items.views), budget_error);
+        return;
+    }
+    const std::uint64_t limit = budget_bytes - own;
+    // What the planner charges a batch: the inner layer's report plus the
+    // list of score tensors it hands back.
+    auto cost = [&](std::size_t c, std::size_t l) {
+        const std::uint64_t bytes = inner.cost(c, l, m).total() + c * sizeof(score_tensor<T>);
+        REQUIRE(layer.planned_bytes(c, l, m) == bytes);
+        return bytes;
+    };
+    const auto want = th::reference_batches(lengths, buffer, cost, limit);
+    std::uint64_t lone_oversize = 0;
+    for (const auto& b : want) {
+        std::size_t mx = 0;
+        for (auto i : b) mx = std::max(mx, lengths[i]);
+        const std::uint64_t c = cost(b.size(), mx);
+        if (c > limit) {
+            // Only a lone split may exceed the budget.
+            REQUIRE(b.size() == 1);
+            ++lone_oversize;
+        }
+    }
+    if (m == mode::eval) {
+        (void)layer.predict(items.views);
+    } else {
+        auto fw = layer.forward(items.views, m);
+        (void)fw;
+    }
+    const auto got = seen_as_indices(spy.calls, items);
+    REQUIRE(got == want);
+    // The reported cost of every batch the inner layer actually saw.
+    for (const auto& c : spy.calls) {
+        const std::uint64_t bytes = inner.cost(c.lengths.size(), c.max_len(), m).total();
+        if (bytes > limit) {
+            REQUIRE(c.lengths.size() == 1);
+        } else {
+            REQUIRE(bytes <= budget_bytes - own);
+        }
+    }
+    REQUIRE(layer.oversize_count() == lone_oversize);
+    ++g_workloads;
+}
+
+template <class T>
+void byte_budget_workloads(std::mt19937& rng, int trials)
+{
+    for (int t = 0; t < trials; ++t) {
+        const std::size_t n = std::uniform_int_distribution<std::size_t>(0, 300)(rng);
+        const sizes lengths = random_lengths(rng, n, 90);
+        const std::size_t buffers[] = {1, 2, 7, 256};
+        const std::size_t buffer = buffers[std::uniform_int_distribution<int>(0, 3)(rng)];
+        const mode m = std::uniform_int_distribution<int>(0, 1)(rng) ? mode::train : mode::eval;
+        const int which = std::uniform_int_distribution<int>(0, 2)(rng);
+        const std::size_t labels = std::uniform_int_distribution<int>(0, 1)(rng) ? 1 : 2;
+        std::uint64_t budget_bytes = std::uniform_int_distribution<std::uint64_t>(1, 1 << 20)(rng);
+        if (std::uniform_int_distribution<int>(0, 3)(rng) == 0) {
+            budget_bytes = std::uniform_int_distribution<std::uint64_t>(1, 40000)(rng);  // tight
+        }
+        if (which == 0) {
+            recording_layer<T> rec(3, labels);
+            check_byte_budget(rng, rec, lengths, budget_bytes, buffer, m);
+        } else {
+            scorer_config cfg;
+            cfg.n_in = 5;
+            cfg.hidden = 4;
+            cfg.labels = labels;
+            cfg.seed = static_cast<std::uint64_t>(t);
+            biaffine_scorer<T> scorer(cfg);
+            if (which == 1) {
+                check_byte_budget(rng, scorer, lengths, budget_bytes, buffer, m);
+            } else {
+                auto pad = with_pad_seq_unpad_matrix(scorer);
+                check_byte_budget(rng, pad, lengths, budget_bytes, buffer, m);
+            }
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("with_minibatch_by_padded_size (items): spaCy's batches, in order; outputs and gradients restored",
+          "[with_minibatch_by_padded_size]")
+{
+    std::mt19937 rng(1234);
+    const std::size_t before = g_workloads;
+    for (int t = 0; t < 120; ++t) check_items_budget<float>(rng);
+    for (int t = 0; t < 60; ++t) check_items_budget<double>(rng);
+    std::cout << "[with_minibatch_by_padded_size] items-budget random workloads: " << g_workloads - before << "\n";
+}
+
+TEST_CASE("with_minibatch_by_padded_size: the parity vector through the recording layer",
+          "[with_minibatch_by_padded_size]")
+{
+    std::mt19937 rng(5);
+    const item_set<double> items = make_items<double>(rng, {5, 6, 5, 9}, 2);
+    recording_layer<double> rec(2, 1);
+    auto layer = with_minibatch_by_padded_size(rec, budget::items(18));
+    const score_list<double> Y = layer.predict(items.views);
+    REQUIRE(seen_as_indices(rec.calls, items) == std::vector<sizes>{{3}, {0, 1, 2}});
+    REQUIRE(rec.calls[1].max_len() == 6);
+    for (std::size_t k = 0; k < 4; ++k) {
+        REQUIRE(Y[k].shape()[0] == items.lengths[k]);
+        REQUIRE(static_cast<double>(Y[k](1, 2)) == Approx(recording_layer<double>::value(items.views[k], 1, 2, 0)));
+    }
+}
+
+TEST_CASE("with_minibatch_by_padded_size (bytes): batches follow the reported cost and stay within budget",
+          "[with_minibatch_by_padded_size]")
+{
+    std::mt19937 rng(99);
+    const std::size_t before = g_workloads;
+    byte_budget_workloads<float>(rng, 120);
+    byte_budget_workloads<double>(rng, 60);
+    std::cout << "[with_minibatch_by_padded_size] byte-budget random workloads: " << g_workloads - before << "\n";
+}
+
+TEST_CASE("with_minibatch_by_padded_size: X·Xᵀ mock batched equals one unbatched call",
+          "[with_minibatch_by_padded_size]")
+{
+    std::mt19937 rng(31337);
+    std::size_t count = 0;
+    for (int t = 0; t < 80; ++t) {
+        const std::size_t n = std::uniform_int_distribution<std::size_t>(0, 120)(rng);
+        const std::size_t n_in = std::uniform_int_distribution<std::size_t>(1, 5)(rng);
+        const std::size_t labels = std::uniform_int_distribution<int>(0, 1)(rng) ? 1 : 2;
+        const item_set<double> items = make_items<double>(rng, random_lengths(rng, n, 40), n_in);
+        const bool bytes = std::uniform_int_distribution<int>(0, 1)(rng) != 0;
+        const budget b = bytes ? budget::bytes(std::uniform_int_distribution<std::uint64_t>(20000, 200000)(rng))
+                               : budget::items(std::uniform_int_distribution<std::uint64_t>(1, 200)(rng));
+        batch_options opts;
+        opts.buffer = std::uniform_int_distribution<std::size_t>(1, 64)(rng);
+        xxt_layer<double> batched_inner(n_in, labels, 0.75), plain(n_in, labels, 0.75);
+        auto layer = with_minibatch_by_padded_size(batched_inner, b, opts);
+        INFO("trial " << t << " n=" << n);
+
+        auto [Y, bp] = layer.forward(items.views, mode::train);
+        auto [Yu, bpu] = plain.forward(items.views, mode::train);
+        REQUIRE(Y.size() == Yu.size());
+        for (std::size_t k = 0; k < n; ++k) REQUIRE(th::rel_err(th::to_vec(Y[k]), th::to_vec(Yu[k])) < 1e-12);
+        // batched predict agrees with batched forward
+        const score_list<double> Yp = layer.predict(items.views);
+        for (std::size_t k = 0; k < n; ++k) REQUIRE(th::rel_err(th::to_vec(Yp[k]), th::to_vec(Yu[k])) < 1e-12);
+
+        const score_list<double> dY = random_score_grads<double>(rng, items.lengths, labels);
+        const auto dYv = views_of(dY);
+        grad_slots<double> dX(items.lengths, n_in), dXu(items.lengths, n_in);
+        bp(span<const score_view<const double>>(dYv.data(), n), span<const seq_view<double>>(dX.views.data(), n));
+        bpu(span<const score_view<const double>>(dYv.data(), n), span<const seq_view<double>>(dXu.views.data(), n));
+        for (std::size_t k = 0; k < n; ++k) {
+            std::vector<double> a, u;
+            for (std::size_t r = 0; r < items.lengths[k]; ++r)
+                for (std::size_t c = 0; c < n_in; ++c) {
+                    a.push_back(dX.views[k](r, c));
+                    u.push_back(dXu.views[k](r, c));
+                }
+            REQUIRE(th::rel_err(a, u) < 1e-12);
+        }
+        REQUIRE(batched_inner.d_alpha == Approx(plain.d_alpha).epsilon(1e-12).margin(1e-12));
+        if (n > 0 && !bytes) REQUIRE(batched_inner.n_calls >= 2);  // forward + predict, at least one batch each
+        ++count;
+    }
+    g_workloads += count;
+    std::cout << "[with_minibatch_by_padded_size] X·Xᵀ random workloads: " << count << "\n";
+}
+
+TEST_CASE("with_minibatch_by_padded_size: oversize policies", "[with_minibatch_by_padded_size][errors]")
+{
+    std::mt19937 rng(8);
+    const item_set<float> items = make_items<float>(rng, {2, 50, 3, 1, 0}, 4);
+    recording_layer<float> rec(4, 1);
+    // Budget: the bookkeeping plus what a batch of the three short splits costs,
+    // far below the 50-token split alone.
+    batch_options opts;
+    auto probe = with_minibatch_by_padded_size(rec, budget::bytes(1), opts);
+    const std::uint64_t own = probe.bookkeeping_bytes(5);
+    const std::uint64_t small = probe.planned_bytes(4, 3);
+    REQUIRE(rec.cost(1, 50).total() > small);
+
+    SECTION("run_alone: runs it in a batch of its own and counts it")
+    {
+        auto layer = with_minibatch_by_padded_size(rec, budget::bytes(own + small), opts);
+        const score_list<float> Y = layer.predict(items.views);
+        REQUIRE(layer.oversize_count() == 1);
+        REQUIRE(seen_as_indices(rec.calls, items) == std::vector<sizes>{{1}, {0, 2, 3, 4}});
+        REQUIRE(Y[1].shape()[0] == 50);
+        layer.reset_counts();
+        REQUIRE(layer.oversize_count() == 0);
+        REQUIRE(layer.batch_count() == 0);
+    }
+    SECTION("throw_error: a budget_error naming the split")
+    {
+        opts.oversize = oversize_policy::throw_error;
+        auto layer = with_minibatch_by_padded_size(rec, budget::bytes(own + small), opts);
+        REQUIRE_THROWS_AS(layer.predict(items.views), budget_error);
+        REQUIRE_THROWS_WITH(layer.predict(items.views),
+                            Catch::Contains("split 1") && Catch::Contains("length 50") && Catch::Contains("budget"));
+        REQUIRE_THROWS_WITH(layer.forward(items.views, mode::train), Catch::Contains("split 1"));
+        std::vector<int> seen;
+        REQUIRE_THROWS_AS(layer.predict_stream(items.views, [&](std::size_t k, score_view<const float>) {
+            seen.push_back(static_cast<int>(k));
+        }),
+                          budget_error);
+        REQUIRE(layer.oversize_count() == 0);
+        // An items budget: 50 tokens alone over a size of 10.
+        auto by_items = with_minibatch_by_padded_size(rec, budget::items(10), opts);
+        REQUIRE_THROWS_WITH(by_items.predict(items.views), Catch::Contains("split 1") && Catch::Contains("50"));
+    }
+}
+
+TEST_CASE("with_minibatch_by_padded_size: bad input", "[with_minibatch_by_padded_size][errors]")
+{
+    std::mt19937 rng(3);
+    const item_set<double> items = make_items<double>(rng, {3, 0, 4}, 2);
+    recording_layer<double> rec(2, 1);
+    batch_options zero_buffer;
+    zero_buffer.buffer = 0;
+    REQUIRE_THROWS_AS(with_minibatch_by_padded_size(rec, budget::items(5), zero_buffer), budget_error);
+    REQUIRE_THROWS_AS(with_minibatch_by_padded_size(rec, budget{budget_kind::bytes, 0}), budget_error);
+    REQUIRE_THROWS_WITH(with_minibatch_by_padded_size(rec, budget{budget_kind::padded_items, 0}),
+                        Catch::Contains("budget must be positive"));
+
+    // A byte budget too small for the batcher's own bookkeeping.
+    auto tiny = with_minibatch_by_padded_size(rec, budget::bytes(8));
+    REQUIRE_THROWS_AS(tiny.predict(items.views), budget_error);
+    REQUIRE_THROWS_WITH(tiny.predict(items.views), Catch::Contains("bookkeeping"));
+
+    auto layer = with_minibatch_by_padded_size(rec, budget::items(4));
+    auto [Y, bp] = layer.forward(items.views, mode::train);
+    const score_list<double> dY = random_score_grads<double>(rng, items.lengths, 1);
+    const auto dYv = views_of(dY);
+    grad_slots<double> dX(items.lengths, 2);
+    // Wrong number of split gradients.
+    REQUIRE_THROWS_AS(bp(span<const score_view<const double>>(dYv.data(), 2),
+                         span<const seq_view<double>>(dX.views.data(), 3)),
+                      shape_error);
+    auto [Y2, bp2] = layer.forward(items.views, mode::train);
+    REQUIRE_THROWS_WITH(bp2(span<const score_view<const double>>(dYv.data(), 2),
+                            span<const seq_view<double>>(dX.views.data(), 2)),
+                        Catch::Contains("expected 3") && Catch::Contains("got 2"));
+    // The callback is spent even though it threw: a second call is refused.
+    REQUIRE_THROWS_AS(bp2(span<const score_view<const double>>(dYv.data(), 3),
+                          span<const seq_view<double>>(dX.views.data(), 3)),
+                      backprop_error);
+
+    // A second call after a successful one.
+    auto [Y3, bp3] = layer.forward(items.views, mode::train);
+    bp3(span<const score_view<const double>>(dYv.data(), 3), span<const seq_view<double>>(dX.views.data(), 3));
+    REQUIRE_THROWS_AS(bp3(span<const score_view<const double>>(dYv.data(), 3),
+                          span<const seq_view<double>>(dX.views.data(), 3)),
+                      backprop_error);
+    REQUIRE_THROWS_WITH(bp3(span<const score_view<const double>>(dYv.data(), 3),
+                            span<const seq_view<double>>(dX.views.data(), 3)),
+                        Catch::Contains("second time"));
+
+    // No items: no batches, empty results.
+    const std::vector<seq_view<const double>> none;
+    rec.calls.clear();
+    REQUIRE(layer.predict(none).empty());
+    REQUIRE(rec.calls.empty());
+
+    // A size computation that would overflow 64 bits, refused before any
+    // allocation: the scorer's cost for count * L^2 * o * sizeof(T) > 2^64.
+    scorer_config cfg;
+    cfg.n_in = 2;
+    cfg.hidden = 2;
+    biaffine_scorer<double> scorer(cfg);
+    auto big = with_minibatch_by_padded_size(scorer, budget::bytes(1 << 20));
+    REQUIRE_THROWS_AS(big.cost(std::size_t(1) << 20, std::size_t(1) << 23), overflow_error);
+    REQUIRE_THROWS_WITH(big.cost(std::size_t(1) << 20, std::size_t(1) << 23), Catch::Contains("overflows 64 bits"));
+    // An item that claims 2^33 rows (never read): planning its cost overflows.
+    std::vector<double> dummy(4, 0.0);
+    const std::vector<seq_view<const double>> huge{{dummy.data(), std::size_t(1) << 33, 2, 2, 1}};
+    REQUIRE_THROWS_AS(big.predict(huge), overflow_error);
+    auto big_items = with_minibatch_by_padded_size(scorer, budget::items(10));
+    REQUIRE_THROWS_AS(big_items.predict(huge), overflow_error);
+}
