@@ -10,11 +10,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Keep going after a failing target so one run reports every warning.
+keep_going() {
+  if [ -f "$1/build.ninja" ]; then echo "-k 0"; else echo "-k"; fi
+}
+
 case "${1:-}" in
   gcc)
     bash scripts/install_deps.sh
     cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DBIAFFINE_WERROR=ON >/dev/null
-    cmake --build build -j2
+    cmake --build build -j2 -- $(keep_going build)
     ;;
   clang)
     BIAFFINE_EXTRA_PACKAGES="clang libclang-rt-14-dev ${BIAFFINE_EXTRA_PACKAGES:-}" bash scripts/install_deps.sh
@@ -22,7 +27,7 @@ case "${1:-}" in
     # not depend on the optimisation level.
     cmake -S . -B build-clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE= -DBIAFFINE_WERROR=ON \
       -DBIAFFINE_BUILD_TESTS=ON -DBIAFFINE_BUILD_EXAMPLES=ON -DBIAFFINE_BUILD_BENCH=ON -DBIAFFINE_BUILD_FUZZ=OFF >/dev/null
-    cmake --build build-clang -j2
+    cmake --build build-clang -j2 -- $(keep_going build-clang)
     ;;
   *)
     echo "usage: $0 gcc|clang" >&2
