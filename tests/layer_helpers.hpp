@@ -179,15 +179,39 @@ std::vector<biaffine::seq_view<const T>> split_views(const Docs& docs, const wor
     return out;
 }
 
-/// Random per-split score gradients of the right shapes (output category
-/// containers, as a caller would build them from the outputs).
+/// `count` split lengths drawn with draw_length.
+inline std::vector<size_t> random_lengths(std::mt19937& rng, size_t count, int long_max)
+{
+    std::vector<size_t> l(count);
+    for (auto& x : l) x = static_cast<size_t>(draw_length(rng, long_max));
+    return l;
+}
+
+/// One buffer of random values in [-1, 1) per item, room for max(n, 1) rows
+/// of n_in (so that zero-length items still have distinct data pointers).
 template <class T>
-biaffine::score_list<T> random_grads(std::mt19937& rng, const workload& w, size_t labels)
+std::vector<std::vector<T>> random_buffers(std::mt19937& rng, const std::vector<size_t>& lengths, size_t n_in)
+{
+    std::uniform_real_distribution<double> val(-1.0, 1.0);
+    std::vector<std::vector<T>> out;
+    for (size_t n : lengths) {
+        std::vector<T> buf(std::max<size_t>(n, 1) * n_in);
+        for (auto& v : buf) v = static_cast<T>(val(rng));
+        out.push_back(std::move(buf));
+    }
+    return out;
+}
+
+/// Random score gradients `[n, n]` (or `[n, n, labels]`), one per length
+/// (output category containers, as a caller would build them from the
+/// outputs).
+template <class T>
+biaffine::score_list<T> random_score_grads(std::mt19937& rng, const std::vector<size_t>& lengths, size_t labels)
 {
     std::uniform_real_distribution<double> val(-1.0, 1.0);
     biaffine::score_list<T> g;
-    for (const auto& s : w.splits()) {
-        std::vector<size_t> shape{s.len, s.len};
+    for (size_t n : lengths) {
+        std::vector<size_t> shape{n, n};
         if (labels != 1) shape.push_back(labels);
         biaffine::score_tensor<T> t = biaffine::score_tensor<T>::from_shape(shape);
         for (auto& v : t) v = static_cast<T>(val(rng));
@@ -195,6 +219,49 @@ biaffine::score_list<T> random_grads(std::mt19937& rng, const workload& w, size_
     }
     return g;
 }
+
+/// Random per-split score gradients of a workload, flat split order.
+template <class T>
+biaffine::score_list<T> random_grads(std::mt19937& rng, const workload& w, size_t labels)
+{
+    std::vector<size_t> lengths;
+    for (const auto& s : w.splits()) lengths.push_back(s.len);
+    return random_score_grads<T>(rng, lengths, labels);
+}
+
+/// Views of a list of score gradients, as a backprop callback takes them.
+template <class T>
+biaffine::tracked_vector<biaffine::score_view<const T>> views_of(const biaffine::score_list<T>& g)
+{
+    biaffine::tracked_vector<biaffine::score_view<const T>> v;
+    for (const auto& t : g) v.push_back(biaffine::as_score_view(t));
+    return v;
+}
+
+/// Owning per-item input-gradient slots `[n_k, n_in]` (row-major) and their
+/// views; every cell starts at `unwritten`.
+template <class T>
+struct grad_slots {
+    static constexpr T unwritten = T(-555);
+
+    std::vector<std::vector<T>> store;
+    std::vector<biaffine::seq_view<T>> views;
+
+    grad_slots(const std::vector<size_t>& lengths, size_t n_in)
+    {
+        for (size_t n : lengths) store.emplace_back(std::max<size_t>(n, 1) * n_in, unwritten);
+        for (size_t k = 0; k < lengths.size(); ++k)
+            views.push_back({store[k].data(), lengths[k], n_in, static_cast<std::ptrdiff_t>(n_in), 1});
+    }
+    /// Item k's gradient, row-major, in double.
+    std::vector<double> get(size_t k) const
+    {
+        std::vector<double> r;
+        for (size_t i = 0; i < views[k].rows; ++i)
+            for (size_t c = 0; c < views[k].cols; ++c) r.push_back(static_cast<double>(views[k](i, c)));
+        return r;
+    }
+};
 
 // ------------------------------------------------ naive reference scorer
 
@@ -208,6 +275,7 @@ struct ref_model {
     size_t hv() const { return h + (bv ? 1 : 0); }
 };
 
+/// Any container's elements in iteration order as doubles.
 template <class A>
 std::vector<double> flat_double(const A& a)
 {
@@ -374,9 +442,7 @@ inline void ref_backward(const ref_model& M, const std::vector<double>& x, const
 template <class A, class B>
 double rel_err(const A& a, const B& b)
 {
-    std::vector<double> va, vb;
-    for (auto v : a) va.push_back(static_cast<double>(v));
-    for (auto v : b) vb.push_back(static_cast<double>(v));
+    const std::vector<double> va = flat_double(a), vb = flat_double(b);
     if (va.size() != vb.size()) return std::numeric_limits<double>::infinity();
     double scale = 0, err = 0;
     for (double v : vb) scale = std::max(scale, std::abs(v));
@@ -397,9 +463,7 @@ constexpr double tol()
 template <class S>
 std::vector<double> to_vec(const S& s)
 {
-    std::vector<double> out;
-    for (auto v : s) out.push_back(static_cast<double>(v));
-    return out;
+    return flat_double(s);
 }
 
 /// A score view's elements `[n, n, o]` as doubles.
@@ -447,18 +511,14 @@ biaffine::batch_cost mock_cost(size_t count, size_t max_len, size_t n_in, size_t
     return c;
 }
 
-/// Identity-ish recording layer: records every batch it is called with and
-/// returns a deterministic function of each split's data,
-///   Y[m, l, q] = x(m, 0) - 2 x(l, n_in - 1) + q / 2,
-/// whose backprop is
-///   dX(r, c) = (c + 1) sum_{l,q} dY(r, l, q) + sum_{m,q} dY(m, r, q).
+/// What every mock layer shares: its input width, its label count and the
+/// shape of one split's scores.
 template <class T>
-class recording_layer {
+class mock_shape {
 public:
     using value_type = T;
-    using backprop_type = biaffine::split_backprop<T>;
 
-    recording_layer(size_t n_in, size_t labels) : n_in_(n_in), labels_(labels) {}
+    mock_shape(size_t n_in, size_t labels) : n_in_(n_in), labels_(labels) {}
 
     size_t n_in() const { return n_in_; }
     size_t labels() const { return labels_; }
@@ -467,10 +527,75 @@ public:
         if (labels_ == 1) return {n, n};
         return {n, n, labels_};
     }
+
+protected:
+    size_t n_in_, labels_;
+};
+
+/// A split-list mock's shape, backprop type and cost (mock_cost).
+template <class T>
+class split_mock : public mock_shape<T> {
+public:
+    using backprop_type = biaffine::split_backprop<T>;
+
+    using mock_shape<T>::mock_shape;
+
     biaffine::batch_cost cost(size_t count, size_t max_len, biaffine::mode m = biaffine::mode::eval) const
     {
-        return mock_cost<T>(count, max_len, n_in_, labels_, m);
+        return mock_cost<T>(count, max_len, this->n_in_, this->labels_, m);
     }
+};
+
+/// The checks a split-list mock's backprop makes on what it is handed: one
+/// gradient (and one input-gradient slot) per item ...
+inline void check_grad_count(const char* who, size_t dy_count, size_t dx_count, size_t items)
+{
+    if (dy_count != items || dx_count != items) {
+        throw biaffine::shape_error(
+            biaffine::detail::msg(who, " backprop: expected ", items, " gradients, got ", dy_count));
+    }
+}
+
+/// ... and item k's gradient `[n, n, o]` with its slot `[n, n_in]`.
+template <class T>
+void check_grad_shape(const char* who, size_t k, biaffine::score_view<const T> dy, biaffine::seq_view<T> dx, size_t n,
+                      size_t o, size_t n_in)
+{
+    if (dy.n != n || dy.labels != o || dx.rows != n || dx.cols != n_in) {
+        throw biaffine::shape_error(biaffine::detail::msg(who, " backprop: item ", k, " shape"));
+    }
+}
+
+/// Writes a mock's input gradient `dx [n, n_in]`:
+///   dx(r, c) = scale * sum_{l < n, q < o} term(r, c, l, q),
+/// summed in double in that order.
+template <class T, class Term>
+void write_input_grad(biaffine::seq_view<T> dx, size_t o, double scale, Term term)
+{
+    for (size_t r = 0; r < dx.rows; ++r)
+        for (size_t c = 0; c < dx.cols; ++c) {
+            double acc = 0;
+            for (size_t l = 0; l < dx.rows; ++l)
+                for (size_t q = 0; q < o; ++q) acc += term(r, c, l, q);
+            dx(r, c) = static_cast<T>(scale * acc);
+        }
+}
+
+/// Identity-ish recording layer: records every batch it is called with and
+/// returns a deterministic function of each split's data,
+///   Y[m, l, q] = x(m, 0) - 2 x(l, n_in - 1) + q / 2,
+/// whose backprop is
+///   dX(r, c) = (c + 1) sum_{l,q} dY(r, l, q) + sum_{m,q} dY(m, r, q).
+template <class T>
+class recording_layer : public split_mock<T> {
+    using base = split_mock<T>;
+    using base::labels_;
+    using base::n_in_;
+
+public:
+    using typename base::backprop_type;
+
+    using base::base;
 
     /// The mock's function, for the tests' expectations.
     static double value(biaffine::seq_view<const T> x, size_t m, size_t l, size_t q)
@@ -505,25 +630,15 @@ public:
         seen_batch<T> fwd = calls.back();
         backprop_type bp([lens, o, ni, bcalls, fwd](biaffine::span<const biaffine::score_view<const T>> dY,
                                                      biaffine::span<const biaffine::seq_view<T>> dX) {
-            if (dY.size() != lens.size() || dX.size() != lens.size()) {
-                throw biaffine::shape_error(biaffine::detail::msg("recording_layer backprop: expected ", lens.size(),
-                                                                  " gradients, got ", dY.size()));
-            }
+            check_grad_count("recording_layer", dY.size(), dX.size(), lens.size());
             bcalls->push_back(fwd);
             for (size_t k = 0; k < lens.size(); ++k) {
-                const size_t n = lens[k];
-                if (dY[k].n != n || dY[k].labels != o || dX[k].rows != n || dX[k].cols != ni) {
-                    throw biaffine::shape_error(biaffine::detail::msg("recording_layer backprop: item ", k, " shape"));
-                }
-                for (size_t r = 0; r < n; ++r)
-                    for (size_t c = 0; c < ni; ++c) {
-                        double acc = 0;
-                        for (size_t l = 0; l < n; ++l)
-                            for (size_t q = 0; q < o; ++q)
-                                acc += static_cast<double>(c + 1) * static_cast<double>(dY[k](r, l, q)) +
-                                       static_cast<double>(dY[k](l, r, q));
-                        dX[k](r, c) = static_cast<T>(acc);
-                    }
+                const biaffine::score_view<const T> g = dY[k];
+                check_grad_shape("recording_layer", k, g, dX[k], lens[k], o, ni);
+                write_input_grad(dX[k], o, 1.0, [&](size_t r, size_t c, size_t l, size_t q) {
+                    return static_cast<double>(c + 1) * static_cast<double>(g(r, l, q)) +
+                           static_cast<double>(g(l, r, q));
+                });
             }
         });
         return {std::move(Y), std::move(bp)};
@@ -542,7 +657,7 @@ private:
             if (x.cols != n_in_) {
                 throw biaffine::shape_error(biaffine::detail::msg("recording_layer: item ", k, " has width ", x.cols));
             }
-            biaffine::score_tensor<T> y = biaffine::score_tensor<T>::from_shape(score_shape(x.rows));
+            biaffine::score_tensor<T> y = biaffine::score_tensor<T>::from_shape(this->score_shape(x.rows));
             T* p = y.data();
             for (size_t m = 0; m < x.rows; ++m)
                 for (size_t l = 0; l < x.rows; ++l)
@@ -551,32 +666,21 @@ private:
         }
         return Y;
     }
-
-    size_t n_in_, labels_;
 };
 
 /// Mock `X Xᵀ` layer with one parameter alpha:
 ///   S[m, l, q] = alpha (q + 1) (X Xᵀ)[m, l],
 ///   dX = alpha sum_q (q + 1) (dS_q + dS_qᵀ) X,  d_alpha += sum dS[m,l,q] (q + 1) (X Xᵀ)[m, l].
 template <class T>
-class xxt_layer {
+class xxt_layer : public split_mock<T> {
+    using base = split_mock<T>;
+    using base::labels_;
+    using base::n_in_;
+
 public:
-    using value_type = T;
-    using backprop_type = biaffine::split_backprop<T>;
+    using typename base::backprop_type;
 
-    xxt_layer(size_t n_in, size_t labels, T alpha = T(1)) : n_in_(n_in), labels_(labels), alpha(alpha) {}
-
-    size_t n_in() const { return n_in_; }
-    size_t labels() const { return labels_; }
-    typename biaffine::score_tensor<T>::shape_type score_shape(size_t n) const
-    {
-        if (labels_ == 1) return {n, n};
-        return {n, n, labels_};
-    }
-    biaffine::batch_cost cost(size_t count, size_t max_len, biaffine::mode m = biaffine::mode::eval) const
-    {
-        return mock_cost<T>(count, max_len, n_in_, labels_, m);
-    }
+    xxt_layer(size_t n_in, size_t labels, T alpha = T(1)) : base(n_in, labels), alpha(alpha) {}
 
     template <class Items>
     biaffine::score_list<T> predict(const Items& X) const
@@ -609,31 +713,22 @@ public:
         }
         backprop_type bp([this, views](biaffine::span<const biaffine::score_view<const T>> dY,
                                        biaffine::span<const biaffine::seq_view<T>> dX) {
-            if (dY.size() != views.size() || dX.size() != views.size()) {
-                throw biaffine::shape_error(biaffine::detail::msg("xxt_layer backprop: expected ", views.size(),
-                                                                  " gradients, got ", dY.size()));
-            }
+            check_grad_count("xxt_layer", dY.size(), dX.size(), views.size());
             for (size_t k = 0; k < views.size(); ++k) {
                 const auto x = views[k];
+                const biaffine::score_view<const T> g = dY[k];
                 const size_t n = x.rows, o = labels_;
-                if (dY[k].n != n || dY[k].labels != o || dX[k].rows != n || dX[k].cols != n_in_) {
-                    throw biaffine::shape_error(biaffine::detail::msg("xxt_layer backprop: item ", k, " shape"));
-                }
-                for (size_t r = 0; r < n; ++r)
-                    for (size_t c = 0; c < n_in_; ++c) {
-                        double acc = 0;
-                        for (size_t l = 0; l < n; ++l)
-                            for (size_t q = 0; q < o; ++q)
-                                acc += static_cast<double>(q + 1) *
-                                       (static_cast<double>(dY[k](r, l, q)) + static_cast<double>(dY[k](l, r, q))) *
-                                       static_cast<double>(x(l, c));
-                        dX[k](r, c) = static_cast<T>(static_cast<double>(alpha) * acc);
-                    }
+                check_grad_shape("xxt_layer", k, g, dX[k], n, o, n_in_);
+                write_input_grad(dX[k], o, static_cast<double>(alpha), [&](size_t r, size_t c, size_t l, size_t q) {
+                    return static_cast<double>(q + 1) *
+                           (static_cast<double>(g(r, l, q)) + static_cast<double>(g(l, r, q))) *
+                           static_cast<double>(x(l, c));
+                });
                 double da = 0;
                 for (size_t m = 0; m < n; ++m)
                     for (size_t l = 0; l < n; ++l)
                         for (size_t q = 0; q < o; ++q)
-                            da += static_cast<double>(dY[k](m, l, q)) * static_cast<double>(q + 1) * dot(x, m, l);
+                            da += static_cast<double>(g(m, l, q)) * static_cast<double>(q + 1) * dot(x, m, l);
                 d_alpha += da;
             }
         });
@@ -656,7 +751,7 @@ private:
         if (x.cols != n_in_) {
             throw biaffine::shape_error(biaffine::detail::msg("xxt_layer: width ", x.cols, ", expected ", n_in_));
         }
-        biaffine::score_tensor<T> y = biaffine::score_tensor<T>::from_shape(score_shape(x.rows));
+        biaffine::score_tensor<T> y = biaffine::score_tensor<T>::from_shape(this->score_shape(x.rows));
         T* p = y.data();
         for (size_t m = 0; m < x.rows; ++m)
             for (size_t l = 0; l < x.rows; ++l)
@@ -664,8 +759,6 @@ private:
                     *p++ = static_cast<T>(static_cast<double>(alpha) * static_cast<double>(q + 1) * dot(x, m, l));
         return y;
     }
-
-    size_t n_in_, labels_;
 
 public:
     T alpha;
@@ -677,20 +770,16 @@ public:
 /// checks the adapter's promises: the padded input is zero past each length
 /// and the padded dy is zero outside each split.
 template <class T>
-class padded_xxt_layer {
+class padded_xxt_layer : public mock_shape<T> {
+    using base = mock_shape<T>;
+    using base::labels_;
+    using base::n_in_;
+
 public:
-    using value_type = T;
     using padded_backprop_type = biaffine::backprop_fn<biaffine::tensor<T, 3>(const biaffine::score_array<T>&)>;
 
-    padded_xxt_layer(size_t n_in, size_t labels) : n_in_(n_in), labels_(labels) {}
+    using base::base;
 
-    size_t n_in() const { return n_in_; }
-    size_t labels() const { return labels_; }
-    typename biaffine::score_tensor<T>::shape_type score_shape(size_t n) const
-    {
-        if (labels_ == 1) return {n, n};
-        return {n, n, labels_};
-    }
     biaffine::batch_cost padded_cost(size_t count, size_t max_len, biaffine::mode m = biaffine::mode::eval) const
     {
         biaffine::batch_cost c = mock_cost<T>(count, max_len, n_in_, labels_, m);
@@ -730,14 +819,10 @@ public:
                     for (size_t l = 0; l < L; ++l)
                         for (size_t q = 0; q < o; ++q)
                             if ((m >= n || l >= n) && DY(k, m, l, q) != 0.0) dy_nonzero_outside = true;
-                for (size_t r = 0; r < n; ++r)
-                    for (size_t c = 0; c < ni; ++c) {
-                        double acc = 0;
-                        for (size_t l = 0; l < n; ++l)
-                            for (size_t q = 0; q < o; ++q)
-                                acc += static_cast<double>(q + 1) * (DY(k, r, l, q) + DY(k, l, r, q)) * X(k, l, c);
-                        dx(k, r, c) = static_cast<T>(acc);
-                    }
+                const biaffine::seq_view<T> dxk{dx.data() + k * L * ni, n, ni, static_cast<std::ptrdiff_t>(ni), 1};
+                write_input_grad(dxk, o, 1.0, [&](size_t r, size_t c, size_t l, size_t q) {
+                    return static_cast<double>(q + 1) * (DY(k, r, l, q) + DY(k, l, r, q)) * X(k, l, c);
+                });
             }
             return dx;
         });
@@ -776,8 +861,6 @@ private:
         }
         return y;
     }
-
-    size_t n_in_, labels_;
 };
 
 /// Wraps any split-list layer (by reference) and records every batch it is

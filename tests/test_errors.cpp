@@ -7,6 +7,7 @@
 // should read.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -105,6 +106,17 @@ scorer_config small_config()
 }
 
 doc_t doc(std::size_t rows, std::size_t cols = 3) { return xt::ones<double>({rows, cols}) * 0.5; }
+
+/// A scenario: predict_padded on a small scorer with a padded batch of ones
+/// `[batch, length, width]` and the given lengths.
+std::function<void()> predict_padded_ones(std::array<std::size_t, 3> shape, std::vector<int> lengths)
+{
+    return [shape, lengths] {
+        biaffine_scorer<double> sc(small_config());
+        const xt::xtensor<double, 3> x = xt::ones<double>(shape);
+        sc.predict_padded(x, lengths);
+    };
+}
 
 /// Scenario id -> a call that must throw the row's exception.
 std::map<std::string, std::function<void()>> scenarios()
@@ -261,21 +273,9 @@ std::map<std::string, std::function<void()>> scenarios()
         const xt::xarray<double> x = xt::ones<double>({4, 3});
         sc.predict_padded(x, std::vector<int>{4});
     };
-    s["padded-width"] = [] {
-        biaffine_scorer<double> sc(small_config());
-        const xt::xtensor<double, 3> x = xt::ones<double>({2, 4, 5});
-        sc.predict_padded(x, std::vector<int>{4, 4});
-    };
-    s["padded-lengths-count"] = [] {
-        biaffine_scorer<double> sc(small_config());
-        const xt::xtensor<double, 3> x = xt::ones<double>({2, 4, 3});
-        sc.predict_padded(x, std::vector<int>{4});
-    };
-    s["padded-length-range"] = [] {
-        biaffine_scorer<double> sc(small_config());
-        const xt::xtensor<double, 3> x = xt::ones<double>({2, 4, 3});
-        sc.predict_padded(x, std::vector<int>{4, 5});
-    };
+    s["padded-width"] = predict_padded_ones({2, 4, 5}, {4, 4});
+    s["padded-lengths-count"] = predict_padded_ones({2, 4, 3}, {4});
+    s["padded-length-range"] = predict_padded_ones({2, 4, 3}, {4, 5});
     s["set-parameter-shape"] = [] {
         biaffine_scorer<double> sc(small_config());
         sc.set_parameter("head_bias", xt::xtensor<double, 1>{1.0, 2.0, 3.0});

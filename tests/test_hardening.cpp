@@ -217,6 +217,18 @@ struct sentinel {
     tracked_vector<char> bytes = tracked_vector<char>(1);
 };
 
+/// Calls f(pipeline, scorer, corpus) with a fresh scorer for a setup, the
+/// corpus of k_lengths from `seed` and the setup's pipeline around the
+/// scorer, a sentinel alive throughout.
+template <class F>
+void with_fresh_pipeline(const setup& st, unsigned seed, F&& f)
+{
+    sentinel keep;
+    biaffine_scorer<double> scorer(st.cfg);
+    const corpus c = make_corpus(st.cfg.n_in, k_lengths, seed);
+    with_pipeline(st, scorer, [&](auto& pipe) { f(pipe, scorer, c); });
+}
+
 }  // namespace
 
 TEST_CASE("exception safety: predict under injected allocation failure at every point", "[hardening][memory]")
@@ -224,10 +236,7 @@ TEST_CASE("exception safety: predict under injected allocation failure at every 
     for (const setup& st : setups()) {
         SECTION(st.name)
         {
-            sentinel keep;
-            biaffine_scorer<double> scorer(st.cfg);
-            const corpus c = make_corpus(st.cfg.n_in, k_lengths, 1);
-            with_pipeline(st, scorer, [&](auto& pipe) {
+            with_fresh_pipeline(st, 1, [&](auto& pipe, biaffine_scorer<double>& scorer, const corpus& c) {
                 const auto expected = all_values(pipe.predict(c.docs, c.lengths));
                 REQUIRE(expected.size() == n_splits(c));
                 const auto params = flat(scorer, false);
@@ -267,10 +276,7 @@ TEST_CASE("exception safety: forward under injected allocation failure at every 
         for (mode m : {mode::eval, mode::train}) {
             DYNAMIC_SECTION(st.name << (m == mode::train ? ", train" : ", eval"))
             {
-                sentinel keep;
-                biaffine_scorer<double> scorer(st.cfg);
-                const corpus c = make_corpus(st.cfg.n_in, k_lengths, 2);
-                with_pipeline(st, scorer, [&](auto& pipe) {
+                with_fresh_pipeline(st, 2, [&](auto& pipe, biaffine_scorer<double>& scorer, const corpus& c) {
                     std::vector<std::vector<double>> expected;
                     {
                         auto fw = pipe.forward(c.docs, c.lengths, m);
@@ -303,10 +309,7 @@ TEST_CASE("exception safety: backprop under injected allocation failure at every
     for (const setup& st : setups()) {
         DYNAMIC_SECTION(st.name)
         {
-            sentinel keep;
-            biaffine_scorer<double> scorer(st.cfg);
-            const corpus c = make_corpus(st.cfg.n_in, k_lengths, 3);
-            with_pipeline(st, scorer, [&](auto& pipe) {
+            with_fresh_pipeline(st, 3, [&](auto& pipe, biaffine_scorer<double>& scorer, const corpus& c) {
                 using pipe_t = std::remove_reference_t<decltype(pipe)>;
                 // Non-zero gradients to start from, then the reference step.
                 {

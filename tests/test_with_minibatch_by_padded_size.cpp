@@ -17,7 +17,11 @@
 #include "layer_helpers.hpp"
 
 using namespace biaffine;
+using th::grad_slots;
+using th::random_lengths;
+using th::random_score_grads;
 using th::recording_layer;
+using th::views_of;
 using th::xxt_layer;
 using sizes = std::vector<std::size_t>;
 
@@ -40,24 +44,12 @@ item_set<T> make_items(std::mt19937& rng, const sizes& lengths, std::size_t n_in
     item_set<T> s;
     s.n_in = n_in;
     s.lengths = lengths;
-    std::uniform_real_distribution<double> val(-1, 1);
-    for (std::size_t k = 0; k < lengths.size(); ++k) {
-        std::vector<T> buf(std::max<std::size_t>(lengths[k], 1) * n_in);
-        for (auto& v : buf) v = static_cast<T>(val(rng));
-        s.store.push_back(std::move(buf));
-    }
+    s.store = th::random_buffers<T>(rng, lengths, n_in);
     for (std::size_t k = 0; k < lengths.size(); ++k) {
         s.views.push_back({s.store[k].data(), lengths[k], n_in, static_cast<std::ptrdiff_t>(n_in), 1});
         s.index[s.store[k].data()] = k;
     }
     return s;
-}
-
-sizes random_lengths(std::mt19937& rng, std::size_t n, int long_max)
-{
-    sizes l(n);
-    for (auto& x : l) x = static_cast<std::size_t>(th::draw_length(rng, long_max));
-    return l;
 }
 
 template <class T>
@@ -70,42 +62,6 @@ std::vector<sizes> seen_as_indices(const std::vector<th::seen_batch<T>>& calls, 
         out.push_back(b);
     }
     return out;
-}
-
-/// Owning per-item input-gradient slots and their views.
-template <class T>
-struct grad_slots {
-    std::vector<std::vector<T>> store;
-    std::vector<seq_view<T>> views;
-    grad_slots(const sizes& lengths, std::size_t n_in)
-    {
-        for (auto n : lengths) store.emplace_back(std::max<std::size_t>(n, 1) * n_in, T(-777));
-        for (std::size_t k = 0; k < lengths.size(); ++k)
-            views.push_back({store[k].data(), lengths[k], n_in, static_cast<std::ptrdiff_t>(n_in), 1});
-    }
-};
-
-template <class T>
-score_list<T> random_score_grads(std::mt19937& rng, const sizes& lengths, std::size_t labels)
-{
-    std::uniform_real_distribution<double> val(-1, 1);
-    score_list<T> g;
-    for (auto n : lengths) {
-        std::vector<std::size_t> shape{n, n};
-        if (labels != 1) shape.push_back(labels);
-        score_tensor<T> t = score_tensor<T>::from_shape(shape);
-        for (auto& v : t) v = static_cast<T>(val(rng));
-        g.push_back(std::move(t));
-    }
-    return g;
-}
-
-template <class T>
-tracked_vector<score_view<const T>> views_of(const score_list<T>& g)
-{
-    tracked_vector<score_view<const T>> v;
-    for (const auto& t : g) v.push_back(as_score_view(t));
-    return v;
 }
 
 std::size_t g_workloads = 0;
@@ -190,16 +146,15 @@ void check_items_budget(std::mt19937& rng)
     for (std::size_t k = 0; k < n; ++k) {
         const std::size_t len = items.lengths[k];
         const score_view<const T> g = dYv[k];
-        std::vector<double> got_dx, want_dx;
+        std::vector<double> want_dx;
         for (std::size_t r = 0; r < len; ++r)
             for (std::size_t c = 0; c < n_in; ++c) {
                 double acc = 0;
                 for (std::size_t l = 0; l < len; ++l)
                     for (std::size_t q = 0; q < labels; ++q) acc += double(c + 1) * double(g(r, l, q)) + double(g(l, r, q));
                 want_dx.push_back(acc);
-                got_dx.push_back(static_cast<double>(dX.views[k](r, c)));
             }
-        worst_dx = std::max(worst_dx, th::rel_err(got_dx, want_dx));
+        worst_dx = std::max(worst_dx, th::rel_err(dX.get(k), want_dx));
     }
     REQUIRE(worst_dx < 1e-5);
     ++g_workloads;
@@ -371,15 +326,7 @@ TEST_CASE("with_minibatch_by_padded_size: X·Xᵀ mock batched equals one unbatc
         grad_slots<double> dX(items.lengths, n_in), dXu(items.lengths, n_in);
         bp(span<const score_view<const double>>(dYv.data(), n), span<const seq_view<double>>(dX.views.data(), n));
         bpu(span<const score_view<const double>>(dYv.data(), n), span<const seq_view<double>>(dXu.views.data(), n));
-        for (std::size_t k = 0; k < n; ++k) {
-            std::vector<double> a, u;
-            for (std::size_t r = 0; r < items.lengths[k]; ++r)
-                for (std::size_t c = 0; c < n_in; ++c) {
-                    a.push_back(dX.views[k](r, c));
-                    u.push_back(dXu.views[k](r, c));
-                }
-            REQUIRE(th::rel_err(a, u) < 1e-12);
-        }
+        for (std::size_t k = 0; k < n; ++k) REQUIRE(th::rel_err(dX.get(k), dXu.get(k)) < 1e-12);
         REQUIRE(batched_inner.d_alpha == Approx(plain.d_alpha).epsilon(1e-12).margin(1e-12));
         if (n > 0 && !bytes) REQUIRE(batched_inner.n_calls >= 2);  // forward + predict, at least one batch each
         ++count;

@@ -16,7 +16,11 @@
 #include "layer_helpers.hpp"
 
 using namespace biaffine;
+using th::grad_slots;
 using th::padded_xxt_layer;
+using th::random_lengths;
+using th::random_score_grads;
+using th::views_of;
 using sizes = std::vector<std::size_t>;
 
 namespace {
@@ -35,12 +39,7 @@ items_t<T> make_items(std::mt19937& rng, const sizes& lengths, std::size_t n_in)
 {
     items_t<T> it;
     it.lengths = lengths;
-    std::uniform_real_distribution<double> val(-1, 1);
-    for (auto n : lengths) {
-        std::vector<T> buf(std::max<std::size_t>(n, 1) * n_in);
-        for (auto& v : buf) v = static_cast<T>(val(rng));
-        it.store.push_back(std::move(buf));
-    }
+    it.store = th::random_buffers<T>(rng, lengths, n_in);
     for (std::size_t k = 0; k < lengths.size(); ++k) {
         const std::size_t n = lengths[k];
         const bool col_major = (k % 2) == 1;
@@ -55,55 +54,6 @@ items_t<T> make_items(std::mt19937& rng, const sizes& lengths, std::size_t n_in)
     }
     return it;
 }
-
-sizes random_lengths(std::mt19937& rng, std::size_t count, int long_max)
-{
-    sizes l(count);
-    for (auto& x : l) x = static_cast<std::size_t>(th::draw_length(rng, long_max));
-    return l;
-}
-
-template <class T>
-score_list<T> random_grads(std::mt19937& rng, const sizes& lengths, std::size_t o)
-{
-    std::uniform_real_distribution<double> val(-1, 1);
-    score_list<T> g;
-    for (auto n : lengths) {
-        std::vector<std::size_t> shape{n, n};
-        if (o != 1) shape.push_back(o);
-        score_tensor<T> t = score_tensor<T>::from_shape(shape);
-        for (auto& v : t) v = static_cast<T>(val(rng));
-        g.push_back(std::move(t));
-    }
-    return g;
-}
-
-template <class T>
-tracked_vector<score_view<const T>> views_of(const score_list<T>& g)
-{
-    tracked_vector<score_view<const T>> v;
-    for (const auto& t : g) v.push_back(as_score_view(t));
-    return v;
-}
-
-template <class T>
-struct dx_slots {
-    std::vector<std::vector<T>> store;
-    std::vector<seq_view<T>> views;
-    dx_slots(const sizes& lengths, std::size_t n_in)
-    {
-        for (auto n : lengths) store.emplace_back(std::max<std::size_t>(n, 1) * n_in, T(-555));
-        for (std::size_t k = 0; k < lengths.size(); ++k)
-            views.push_back({store[k].data(), lengths[k], n_in, static_cast<std::ptrdiff_t>(n_in), 1});
-    }
-    std::vector<double> get(std::size_t k) const
-    {
-        std::vector<double> r;
-        for (std::size_t i = 0; i < views[k].rows; ++i)
-            for (std::size_t c = 0; c < views[k].cols; ++c) r.push_back(static_cast<double>(views[k](i, c)));
-        return r;
-    }
-};
 
 // Naive (q + 1) X Xᵀ and its input gradient, in double.
 std::vector<double> xxt(const std::vector<double>& x, std::size_t n, std::size_t n_in, std::size_t o)
@@ -172,9 +122,9 @@ void mock_workload(std::mt19937& rng)
     REQUIRE(Yf.size() == count);
     for (std::size_t k = 0; k < count; ++k) worst = std::max(worst, th::rel_err(th::to_vec(Yf[k]), th::to_vec(Y[k])));
     REQUIRE(worst < eps);
-    const score_list<T> dY = random_grads<T>(rng, it.lengths, o);
+    const score_list<T> dY = random_score_grads<T>(rng, it.lengths, o);
     const auto dYv = views_of(dY);
-    dx_slots<T> dX(it.lengths, n_in);
+    grad_slots<T> dX(it.lengths, n_in);
     bp(span<const score_view<const T>>(dYv.data(), count), span<const seq_view<T>>(dX.views.data(), count));
     REQUIRE_FALSE(mock.dy_nonzero_outside);
     double worst_dx = 0;
@@ -221,7 +171,7 @@ void scorer_workload(std::mt19937& rng, int trial)
     auto [Yu, bpu] = plain.forward(it.views, m);
     th::ref_grads G(M);
     std::vector<std::vector<double>> ref_dx(count);
-    const score_list<T> dY = random_grads<T>(rng, it.lengths, o);
+    const score_list<T> dY = random_score_grads<T>(rng, it.lengths, o);
     const auto dYv = views_of(dY);
     bool near_kink = false;
     for (std::size_t k = 0; k < count; ++k) {
@@ -232,7 +182,7 @@ void scorer_workload(std::mt19937& rng, int trial)
         near_kink = near_kink || r.min_abs_z < 1e-4;
     }
     REQUIRE(worst < eps);
-    dx_slots<T> dX(it.lengths, n_in), dXu(it.lengths, n_in);
+    grad_slots<T> dX(it.lengths, n_in), dXu(it.lengths, n_in);
     bp(span<const score_view<const T>>(dYv.data(), count), span<const seq_view<T>>(dX.views.data(), count));
     bpu(span<const score_view<const T>>(dYv.data(), count), span<const seq_view<T>>(dXu.views.data(), count));
     double worst_dx = 0, worst_ref = 0;
@@ -338,11 +288,11 @@ TEST_CASE("with_pad_seq_unpad_matrix: edge cases and bad input", "[with_pad_seq_
         REQUIRE(Y.size() == 3);
         for (const auto& y : Y) REQUIRE(y.size() == 0);
         auto [Yf, bp] = pad.forward(zeros.views, mode::train);
-        const score_list<double> dY = random_grads<double>(rng, zeros.lengths, 1);
+        const score_list<double> dY = random_score_grads<double>(rng, zeros.lengths, 1);
         const auto dYv = views_of(dY);
-        dx_slots<double> dX(zeros.lengths, 3);
+        grad_slots<double> dX(zeros.lengths, 3);
         bp(span<const score_view<const double>>(dYv.data(), 3), span<const seq_view<double>>(dX.views.data(), 3));
-        REQUIRE(dX.store[0][0] == -555.0);  // nothing written for an empty split
+        REQUIRE(dX.store[0][0] == grad_slots<double>::unwritten);  // nothing written for an empty split
     }
     SECTION("width mismatch")
     {
@@ -355,10 +305,10 @@ TEST_CASE("with_pad_seq_unpad_matrix: edge cases and bad input", "[with_pad_seq_
     SECTION("gradients of the wrong count or shape; a second backprop")
     {
         const items_t<double> it = make_items<double>(rng, {2, 3}, 3);
-        dx_slots<double> dX(it.lengths, 3);
+        grad_slots<double> dX(it.lengths, 3);
         {
             auto [Y, bp] = pad.forward(it.views, mode::train);
-            const score_list<double> dY = random_grads<double>(rng, {2}, 1);
+            const score_list<double> dY = random_score_grads<double>(rng, {2}, 1);
             const auto dYv = views_of(dY);
             REQUIRE_THROWS_WITH(bp(span<const score_view<const double>>(dYv.data(), 1),
                                    span<const seq_view<double>>(dX.views.data(), 1)),
@@ -366,7 +316,7 @@ TEST_CASE("with_pad_seq_unpad_matrix: edge cases and bad input", "[with_pad_seq_
         }
         {
             auto [Y, bp] = pad.forward(it.views, mode::train);
-            const score_list<double> dY = random_grads<double>(rng, {2, 2}, 1);  // split 1 is 3 long
+            const score_list<double> dY = random_score_grads<double>(rng, {2, 2}, 1);  // split 1 is 3 long
             const auto dYv = views_of(dY);
             REQUIRE_THROWS_AS(bp(span<const score_view<const double>>(dYv.data(), 2),
                                  span<const seq_view<double>>(dX.views.data(), 2)),
@@ -374,7 +324,7 @@ TEST_CASE("with_pad_seq_unpad_matrix: edge cases and bad input", "[with_pad_seq_
         }
         {
             auto [Y, bp] = pad.forward(it.views, mode::train);
-            const score_list<double> dY = random_grads<double>(rng, {2, 3}, 2);  // two labels, the layer has one
+            const score_list<double> dY = random_score_grads<double>(rng, {2, 3}, 2);  // two labels, the layer has one
             const auto dYv = views_of(dY);
             REQUIRE_THROWS_WITH(bp(span<const score_view<const double>>(dYv.data(), 2),
                                    span<const seq_view<double>>(dX.views.data(), 2)),
@@ -382,7 +332,7 @@ TEST_CASE("with_pad_seq_unpad_matrix: edge cases and bad input", "[with_pad_seq_
                                     Catch::Contains("got [2, 2, 2]"));
         }
         auto [Y, bp] = pad.forward(it.views, mode::train);
-        const score_list<double> dY = random_grads<double>(rng, {2, 3}, 1);
+        const score_list<double> dY = random_score_grads<double>(rng, {2, 3}, 1);
         const auto dYv = views_of(dY);
         bp(span<const score_view<const double>>(dYv.data(), 2), span<const seq_view<double>>(dX.views.data(), 2));
         REQUIRE_THROWS_AS(bp(span<const score_view<const double>>(dYv.data(), 2),
