@@ -55,16 +55,6 @@ private:
 
 constexpr std::size_t batch_tokens = 2048;
 
-biaffine::scorer_config config_for(std::size_t labels)
-{
-    biaffine::scorer_config c;
-    c.n_in = 256;
-    c.hidden = 128;
-    c.labels = labels;
-    c.seed = bb::default_model_seed;
-    return c;
-}
-
 /// A batch of equal-length splits (views into one document).
 struct batch {
     std::size_t len, count;
@@ -98,7 +88,7 @@ void BM_scorer_forward(benchmark::State& state)
 {
     const std::size_t len = static_cast<std::size_t>(state.range(0)), labels = static_cast<std::size_t>(state.range(1));
     batch b(len);
-    biaffine::biaffine_scorer<float> s(config_for(labels));
+    biaffine::biaffine_scorer<float> s(bb::scorer_config_for(labels));
     biaffine::workspace_scope ws(s.cost(b.count, len).scratch);
     for (auto _ : state) {
         auto y = s.predict(b.items);
@@ -113,7 +103,7 @@ void BM_scorer_stream(benchmark::State& state)
 {
     const std::size_t len = static_cast<std::size_t>(state.range(0)), labels = static_cast<std::size_t>(state.range(1));
     batch b(len);
-    biaffine::biaffine_scorer<float> s(config_for(labels));
+    biaffine::biaffine_scorer<float> s(bb::scorer_config_for(labels));
     biaffine::workspace_scope ws(s.cost(b.count, len).scratch);
     for (auto _ : state) {
         float acc = 0;
@@ -128,7 +118,7 @@ void BM_scorer_backward(benchmark::State& state)
 {
     const std::size_t len = static_cast<std::size_t>(state.range(0)), labels = static_cast<std::size_t>(state.range(1));
     batch b(len);
-    biaffine::biaffine_scorer<float> s(config_for(labels));
+    biaffine::biaffine_scorer<float> s(bb::scorer_config_for(labels));
     std::vector<xt::xtensor<float, 2>> dx(b.count, xt::xtensor<float, 2>::from_shape({len, 256}));
     std::vector<biaffine::seq_view<float>> dxv;
     for (auto& d : dx) dxv.push_back(biaffine::as_view(d));
@@ -153,7 +143,7 @@ void BM_scorer_predict_padded(benchmark::State& state)
 {
     const std::size_t len = static_cast<std::size_t>(state.range(0)), labels = static_cast<std::size_t>(state.range(1));
     batch b(len);
-    biaffine::biaffine_scorer<float> s(config_for(labels));
+    biaffine::biaffine_scorer<float> s(bb::scorer_config_for(labels));
     xt::xtensor<float, 3> x = xt::xtensor<float, 3>::from_shape({b.count, len, 256});
     std::copy(b.doc.begin(), b.doc.end(), x.begin());
     std::vector<int> lengths(b.count, static_cast<int>(len));
@@ -171,7 +161,7 @@ void BM_pad_unpad_layer(benchmark::State& state)
 {
     const std::size_t len = static_cast<std::size_t>(state.range(0)), labels = static_cast<std::size_t>(state.range(1));
     batch b(len);
-    biaffine::biaffine_scorer<float> s(config_for(labels));
+    biaffine::biaffine_scorer<float> s(bb::scorer_config_for(labels));
     auto layer = biaffine::with_pad_seq_unpad_matrix(s);
     biaffine::workspace_scope ws(layer.cost(b.count, len).scratch);
     for (auto _ : state) {
@@ -201,13 +191,61 @@ void BM_pipeline_predict(benchmark::State& state)
     std::vector<xt::xtensor<float, 2>> docs;
     docs.push_back(std::move(w.doc));
     std::vector<std::vector<int>> lens{w.splits};
-    biaffine::biaffine_scorer<float> s(config_for(labels));
+    biaffine::biaffine_scorer<float> s(bb::scorer_config_for(labels));
     auto model = biaffine::with_splits(biaffine::with_minibatch_by_padded_size(s, biaffine::budget::megabytes(16)));
     for (auto _ : state) {
         auto y = model.predict(docs, lens);
         benchmark::DoNotOptimize(y.data());
     }
     set_flops(state, bb::true_flops(w.d, w.splits, false));
+}
+
+// One split's S = Va . Tr^T (hv = 129, the bias column included): the
+// register-blocked row_dots (arg gemm = 0) against Eigen's packed GEMM (1).
+// Sets the crossover detail::use_row_dots of pairwise_bilinear.hpp.
+void BM_bilinear_right(benchmark::State& state)
+{
+    const auto n = static_cast<Eigen::Index>(state.range(0)), labels = static_cast<Eigen::Index>(state.range(1));
+    const bool gemm = state.range(2) != 0;
+    const Eigen::Index hv = 129, m = n * labels;
+    using rm = biaffine::row_matrix<float>;
+    const rm va = rm::Random(n, hv), tr = rm::Random(m, hv);
+    rm s(n, m);
+    for (auto _ : state) {
+        if (gemm) {
+            s.noalias() = va * tr.transpose();
+        } else {
+            biaffine::detail::row_dots(va.data(), hv, n, tr.data(), hv, m, hv, s.data(), m);
+        }
+        benchmark::DoNotOptimize(s.data());
+        benchmark::ClobberMemory();
+    }
+    set_flops(state, 2.0 * static_cast<double>(n * m * hv));
+}
+
+// Its backward, dVa = dS . Tr and dTr = dS^T . Va: row_combos (gemm = 0)
+// against Eigen (1). Sets detail::use_row_combos.
+void BM_bilinear_right_backward(benchmark::State& state)
+{
+    const auto n = static_cast<Eigen::Index>(state.range(0)), labels = static_cast<Eigen::Index>(state.range(1));
+    const bool gemm = state.range(2) != 0;
+    const Eigen::Index hv = 129, m = n * labels;
+    using rm = biaffine::row_matrix<float>;
+    const rm ds = rm::Random(n, m), tr = rm::Random(m, hv), va = rm::Random(n, hv);
+    rm dva(n, hv), dtr(m, hv);
+    for (auto _ : state) {
+        if (gemm) {
+            dva.noalias() = ds * tr;
+            dtr.noalias() = ds.transpose() * va;
+        } else {
+            biaffine::detail::row_combos(ds.data(), m, 1, n, m, tr.data(), hv, hv, dva.data(), hv);
+            biaffine::detail::row_combos(ds.data(), 1, m, m, n, va.data(), hv, hv, dtr.data(), hv);
+        }
+        benchmark::DoNotOptimize(dva.data());
+        benchmark::DoNotOptimize(dtr.data());
+        benchmark::ClobberMemory();
+    }
+    set_flops(state, 4.0 * static_cast<double>(n * m * hv));
 }
 
 void by_length_and_labels(benchmark::internal::Benchmark* b)
@@ -218,6 +256,12 @@ void by_length_and_labels(benchmark::internal::Benchmark* b)
     b->ArgNames({"len", "labels"})->Unit(benchmark::kMicrosecond);
 }
 
+BENCHMARK(BM_bilinear_right)
+    ->ArgsProduct({{4, 8, 16, 24, 32, 48, 64, 100}, {1, 50}, {0, 1}})
+    ->ArgNames({"n", "labels", "gemm"});
+BENCHMARK(BM_bilinear_right_backward)
+    ->ArgsProduct({{4, 8, 12, 16, 24, 32, 48, 100}, {1, 50}, {0, 1}})
+    ->ArgNames({"n", "labels", "gemm"});
 BENCHMARK(BM_scorer_forward)->Apply(by_length_and_labels);
 BENCHMARK(BM_scorer_stream)->Apply(by_length_and_labels);
 BENCHMARK(BM_scorer_backward)->Apply(by_length_and_labels);

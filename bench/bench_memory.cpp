@@ -49,22 +49,29 @@
 
 namespace bb = biaffine_bench;
 using biaffine::mode;
+using bb::fmt;
+using bb::tokens_label;
 
 namespace {
 
-struct options {
-    std::vector<std::uint64_t> tokens{1000, 10000, 100000, 1000000};
-    std::vector<std::uint64_t> labels{1, 50};
+/// --tokens, --labels, --threads, --train, --budget-mb, --max-gb, --json and
+/// --md are bb::common_flags.
+struct options : bb::common_flags {
     std::vector<std::string> modes{"naive", "batched", "streaming"};
-    double budget_mb = 16;
-    int threads = 1;
-    bool train = false;
-    bool json = false;
     bool one = false;
     bool dry_run = false;
     std::string replot;  // JSON lines of an earlier run to re-render
-    double max_gb = 8;
-    std::string csv, svg, md;
+    std::string csv, svg;
+    options()
+    {
+        tokens = {1000, 10000, 100000, 1000000};
+        labels = {1, 50};
+    }
+    void add_flags(bb::flag_table& t)
+    {
+        t.add("--modes", modes).add("--one", one).add("--dry-run", dry_run).add("--replot", replot);
+        t.add("--csv", csv).add("--svg", svg);
+    }
 };
 
 [[noreturn]] void usage(int code)
@@ -98,45 +105,7 @@ Usage: bench_memory [flags]
 
 options parse(int argc, char** argv)
 {
-    options o;
-    bb::args a(argc, argv);
-    while (!a.done()) {
-        const std::string f = a.next();
-        if (f == "--tokens") {
-            o.tokens = bb::parse_counts(a.value(f));
-        } else if (f == "--labels") {
-            o.labels = bb::parse_counts(a.value(f));
-        } else if (f == "--modes") {
-            o.modes = bb::split_list(a.value(f));
-        } else if (f == "--budget-mb") {
-            o.budget_mb = std::stod(a.value(f));
-        } else if (f == "--threads") {
-            o.threads = std::stoi(a.value(f));
-        } else if (f == "--train") {
-            o.train = true;
-        } else if (f == "--json") {
-            o.json = true;
-        } else if (f == "--one") {
-            o.one = true;
-        } else if (f == "--dry-run") {
-            o.dry_run = true;
-        } else if (f == "--replot") {
-            o.replot = a.value(f);
-        } else if (f == "--max-gb") {
-            o.max_gb = std::stod(a.value(f));
-        } else if (f == "--csv") {
-            o.csv = a.value(f);
-        } else if (f == "--svg") {
-            o.svg = a.value(f);
-        } else if (f == "--md") {
-            o.md = a.value(f);
-        } else if (f == "--help" || f == "-h") {
-            usage(0);
-        } else {
-            std::cerr << "bench_memory: unknown flag " << f << "\n";
-            usage(2);
-        }
-    }
+    options o = bb::parse_flags<options>(argc, argv, "bench_memory", usage);
     for (const auto& m : o.modes) {
         if (m != "naive" && m != "batched" && m != "streaming") {
             std::cerr << "bench_memory: unknown mode '" << m << "' (naive, batched, streaming)\n";
@@ -158,16 +127,6 @@ options parse(int argc, char** argv)
 
 std::uint64_t budget_bytes(const options& o) { return static_cast<std::uint64_t>(o.budget_mb * bb::mib); }
 
-biaffine::scorer_config config_for(std::size_t labels)
-{
-    biaffine::scorer_config c;
-    c.n_in = 256;
-    c.hidden = 128;
-    c.labels = labels;
-    c.seed = bb::default_model_seed;
-    return c;
-}
-
 // ------------------------------------------------------------ prediction
 
 /// What a configuration is predicted to need, from the split lengths alone
@@ -182,7 +141,7 @@ struct prediction {
 prediction predict(const std::string& m, std::size_t tokens, std::size_t labels, bool train, std::uint64_t budget)
 {
     const bb::workload w = bb::make_workload(tokens, labels, /*with_doc=*/false);
-    biaffine::biaffine_scorer<float> s(config_for(labels));
+    biaffine::biaffine_scorer<float> s(bb::scorer_config_for(labels));
     const double f = sizeof(float);
     const double b = static_cast<double>(w.splits.size()), L = static_cast<double>(w.max_len());
     const double N = static_cast<double>(tokens), o = static_cast<double>(labels);
@@ -241,7 +200,7 @@ template <class View>
 void make_gradient(const View& s)
 {
     for (std::size_t m = 0; m < s.n; ++m) {
-        const std::size_t gold = m == 0 ? 0 : m - 1;
+        const std::size_t gold = bb::gold_head(m);
         s.data[static_cast<std::ptrdiff_t>(m) * s.row_stride + static_cast<std::ptrdiff_t>(gold * s.labels)] -= 1.0f;
     }
 }
@@ -265,7 +224,7 @@ int run_one(const options& o)
     }
 
     bb::workload w = bb::make_workload(tokens, labels);
-    biaffine::biaffine_scorer<float> scorer(config_for(labels));
+    biaffine::biaffine_scorer<float> scorer(bb::scorer_config_for(labels));
     const bb::dims d = w.d;
     const std::size_t n_in = d.n_in, n_splits = w.splits.size(), L = w.max_len();
     // Inputs in the shape the pipeline takes, built before measuring (moves, no copies).
@@ -439,20 +398,6 @@ std::pair<int, std::string> run_child(const std::vector<std::string>& argv)
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     return {status, out};
-}
-
-std::string fmt(const char* f, double v)
-{
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), f, v);
-    return buf;
-}
-
-std::string tokens_label(std::uint64_t t)
-{
-    if (t >= 1000000 && t % 1000000 == 0) return std::to_string(t / 1000000) + "M";
-    if (t >= 1000 && t % 1000 == 0) return std::to_string(t / 1000) + "k";
-    return std::to_string(t);
 }
 
 // 0.1, 1, 10, 1,000, 10,000 ...
@@ -703,9 +648,7 @@ int drive(const options& o, const char* argv0)
                                 fmt("%.2f", p.input_bytes / bb::gib) + " GiB" + (p.total() > cap ? " (over the cap)" : ""),
                             p.run_bytes);
                 } else if (p.total() > cap) {
-                    skipped("skipped: needs ~" + fmt("%.1f", p.total() / bb::gib) + " GiB (> --max-gb " +
-                                fmt("%g", o.max_gb) + ")",
-                            p.run_bytes);
+                    skipped(bb::over_max_gb(p.total(), o.max_gb), p.run_bytes);
                 } else {
                     std::cerr << "bench_memory: " << m << ", " << t << " tokens, o=" << l
                               << (o.train ? ", train" : "") << " (predicted " << bb::human_bytes(p.total())

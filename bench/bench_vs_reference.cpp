@@ -53,6 +53,8 @@
 
 namespace bb = biaffine_bench;
 using biaffine::mode;
+using bb::fmt;
+using bb::tokens_label;
 using RM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 namespace {
@@ -68,18 +70,23 @@ struct case_cfg {
     double max_seconds = 0;    // ours median wall time
 };
 
-struct options {
+/// --budget-mb, --max-gb, --json and --md are bb::common_flags; so are the
+/// case flags --tokens, --labels, --threads and --train, which parse() turns
+/// into `cases`.
+struct options : bb::common_flags {
     std::vector<case_cfg> cases;
     std::vector<std::string> impls{"ours", "eigen_naive", "torch_naive", "torch_batched", "gemm", "blas_gemm"};
     int reps = 5;
     int min_reps = 3;
     double case_seconds = 90;  // stop adding repetitions past this (>= min_reps)
-    double budget_mb = 16;
     std::uint64_t ref_items = 4096;
-    double max_gb = 8;
     int blas_threads = 0;  // 0: the case's thread count
-    bool json = false;
-    std::string md;
+    options() { labels = {1}; }
+    void add_flags(bb::flag_table& t)
+    {
+        t.add("--impls", impls).add("--reps", reps).add("--case-seconds", case_seconds);
+        t.add("--ref-items", ref_items).add("--blas-threads", blas_threads);
+    }
 };
 
 std::vector<case_cfg> default_cases()
@@ -120,61 +127,18 @@ Usage: bench_vs_reference [flags]
 
 options parse(int argc, char** argv)
 {
-    options o;
-    bb::args a(argc, argv);
-    std::vector<std::uint64_t> tokens, labels{1};
-    int threads = 1;
-    bool train = false, custom = false;
-    while (!a.done()) {
-        const std::string f = a.next();
-        if (f == "--tokens") {
-            tokens = bb::parse_counts(a.value(f));
-            custom = true;
-        } else if (f == "--labels") {
-            labels = bb::parse_counts(a.value(f));
-            custom = true;
-        } else if (f == "--threads") {
-            threads = std::stoi(a.value(f));
-            custom = true;
-        } else if (f == "--train") {
-            train = true;
-            custom = true;
-        } else if (f == "--impls") {
-            o.impls = bb::split_list(a.value(f));
-        } else if (f == "--reps") {
-            o.reps = std::stoi(a.value(f));
-        } else if (f == "--case-seconds") {
-            o.case_seconds = std::stod(a.value(f));
-        } else if (f == "--budget-mb") {
-            o.budget_mb = std::stod(a.value(f));
-        } else if (f == "--ref-items") {
-            o.ref_items = bb::parse_count(a.value(f));
-        } else if (f == "--max-gb") {
-            o.max_gb = std::stod(a.value(f));
-        } else if (f == "--blas-threads") {
-            o.blas_threads = std::stoi(a.value(f));
-        } else if (f == "--json") {
-            o.json = true;
-        } else if (f == "--md") {
-            o.md = a.value(f);
-        } else if (f == "--help" || f == "-h") {
-            usage(0);
-        } else {
-            std::cerr << "bench_vs_reference: unknown flag " << f << "\n";
-            usage(2);
-        }
-    }
-    if (!custom) {
+    options o = bb::parse_flags<options>(argc, argv, "bench_vs_reference", usage);
+    if (!o.workload_given) {
         o.cases = default_cases();
     } else {
-        if (tokens.empty()) tokens = {100000};
-        for (auto t : tokens) {
-            for (auto l : labels) {
+        if (o.tokens.empty()) o.tokens = {100000};
+        for (auto t : o.tokens) {
+            for (auto l : o.labels) {
                 case_cfg c;
                 c.tokens = t;
                 c.labels = l;
-                c.threads = threads;
-                c.train = train;
+                c.threads = o.threads;
+                c.train = o.train;
                 o.cases.push_back(c);
             }
         }
@@ -187,7 +151,7 @@ options parse(int argc, char** argv)
             std::exit(2);
         }
     }
-    if (o.reps < 1 || threads < 1) usage(2);
+    if (o.reps < 1 || o.threads < 1) usage(2);
     o.min_reps = std::min(o.min_reps, o.reps);
     return o;
 }
@@ -225,23 +189,6 @@ std::string set_openblas_threads(int n)
     set(n);
     return "openblas_set_num_threads(" + std::to_string(n) + ") -> " + (get ? std::to_string(get()) : "?");
 }
-
-std::string fmt(const char* f, double v)
-{
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), f, v);
-    return buf;
-}
-
-std::string tokens_label(std::uint64_t t)
-{
-    if (t >= 1000000 && t % 1000000 == 0) return std::to_string(t / 1000000) + "M";
-    if (t >= 1000 && t % 1000 == 0) return std::to_string(t / 1000) + "k";
-    return std::to_string(t);
-}
-
-/// The gold head used to build gradients: the previous token (0 for the first).
-inline std::size_t gold(std::size_t m) { return m == 0 ? 0 : m - 1; }
 
 // ------------------------------------------------------- implementations
 
@@ -310,7 +257,7 @@ impl make_ours(shared_case& c, std::uint64_t budget, std::size_t* effective_thre
         auto fw = model->forward(cp->docs, cp->lens, mode::train);
         for (auto& y : fw.first) {
             const std::size_t n = y.shape()[0], o = y.dimension() == 3 ? y.shape()[2] : 1;
-            for (std::size_t m = 0; m < n; ++m) y.data()[(m * n + gold(m)) * o] -= 1.0f;
+            for (std::size_t m = 0; m < n; ++m) y.data()[(m * n + bb::gold_head(m)) * o] -= 1.0f;
         }
         auto views = std::remove_reference_t<decltype(*model)>::grad_views(fw.first);
         st->dX = fw.second(biaffine::span<const biaffine::score_view<const float>>(views.data(), views.size()));
@@ -405,7 +352,7 @@ impl make_eigen_naive(shared_case& c)
         for (std::size_t k = 0; k < b; ++k) {
             const std::size_t n = static_cast<std::size_t>(splits[k]);
             G.block(k * L, 0, n, n * o) = st->S.block(k * L, 0, n, n * o);
-            for (std::size_t m = 0; m < n; ++m) G(k * L + m, gold(m) * o) -= 1.0f;
+            for (std::size_t m = 0; m < n; ++m) G(k * L + m, bb::gold_head(m) * o) -= 1.0f;
         }
         // Softmax backward, in place into G.
         for (Eigen::Index r = 0; r < BL; ++r) {
@@ -596,7 +543,7 @@ impl make_torch(shared_case& c, bool batched, std::uint64_t ref_items)
                 for (std::size_t j = 0; j < nb; ++j) {
                     const std::size_t k = items[j], n = static_cast<std::size_t>(splits[k]);
                     float* g = st->out[k].data_ptr<float>();
-                    for (std::size_t m = 0; m < n; ++m) g[(m * n + gold(m)) * o] -= 1.0f;
+                    for (std::size_t m = 0; m < n; ++m) g[(m * n + bb::gold_head(m)) * o] -= 1.0f;
                     grad[static_cast<int64_t>(j)].narrow(0, 0, static_cast<int64_t>(n)).narrow(1, 0, static_cast<int64_t>(n)).copy_(st->out[k]);
                 }
             } else {
@@ -608,7 +555,7 @@ impl make_torch(shared_case& c, bool batched, std::uint64_t ref_items)
                     for (std::size_t m = 0; m < n; ++m) {
                         const std::size_t base = (j * L + m) * L * o;
                         std::copy(y + base, y + base + n * o, g + base);
-                        g[base + gold(m) * o] -= 1.0f;
+                        g[base + bb::gold_head(m) * o] -= 1.0f;
                     }
                 }
             }
@@ -720,12 +667,7 @@ std::string run_case(const options& opt, case_cfg cfg, std::ostream& log, bool j
     c.off = c.w.offsets();
     c.docs.push_back(std::move(c.w.doc));
     c.lens = {c.w.splits};
-    biaffine::scorer_config sc;
-    sc.n_in = 256;
-    sc.hidden = 128;
-    sc.labels = cfg.labels;
-    sc.seed = bb::default_model_seed;
-    c.scorer = std::make_unique<biaffine::biaffine_scorer<float>>(sc);
+    c.scorer = std::make_unique<biaffine::biaffine_scorer<float>>(bb::scorer_config_for(cfg.labels));
     c.true_gflop = bb::true_flops(c.w.d, c.w.splits, cfg.train) / 1e9;
 
     torch::set_num_threads(cfg.threads);
@@ -746,8 +688,7 @@ std::string run_case(const options& opt, case_cfg cfg, std::ostream& log, bool j
     const double input = static_cast<double>(cfg.tokens) * 256 * 4;
     for (auto& i : impls) {
         if (i.predicted_bytes + input > opt.max_gb * bb::gib) {
-            i.skipped = "skipped: needs ~" + fmt("%.1f", (i.predicted_bytes + input) / bb::gib) + " GiB (> --max-gb " +
-                        fmt("%g", opt.max_gb) + ")";
+            i.skipped = bb::over_max_gb(i.predicted_bytes + input, opt.max_gb);
         }
     }
     std::ostringstream title;

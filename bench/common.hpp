@@ -1,6 +1,8 @@
 // bench/common.hpp - small helpers shared by the bench binaries: clocks,
-// process memory (max RSS, current RSS), flag parsing, one-line JSON writing
-// and reading, medians, the library's thread option when it has one.
+// process memory (max RSS, current RSS), flag parsing (a flag table and the
+// flags every driver takes), one-line JSON writing and reading, medians,
+// number formatting for the reports, the library's thread option when it
+// has one.
 #pragma once
 
 #include <algorithm>
@@ -9,7 +11,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <iostream>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -88,6 +93,30 @@ inline double median(std::vector<double> v)
 constexpr double mib = 1024.0 * 1024.0;
 constexpr double gib = 1024.0 * 1024.0 * 1024.0;
 
+// ------------------------------------------------------------- formatting
+
+/// printf of one number: fmt("%.3f", x).
+inline std::string fmt(const char* f, double v)
+{
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), f, v);
+    return buf;
+}
+
+/// 1000000 -> "1M", 20000 -> "20k", 1500 -> "1500".
+inline std::string tokens_label(std::uint64_t t)
+{
+    if (t >= 1000000 && t % 1000000 == 0) return std::to_string(t / 1000000) + "M";
+    if (t >= 1000 && t % 1000 == 0) return std::to_string(t / 1000) + "k";
+    return std::to_string(t);
+}
+
+/// Why a run predicted to need `bytes` is not started under `--max-gb max_gb`.
+inline std::string over_max_gb(double bytes, double max_gb)
+{
+    return "skipped: needs ~" + fmt("%.1f", bytes / gib) + " GiB (> --max-gb " + fmt("%g", max_gb) + ")";
+}
+
 // ------------------------------------------------------------------ flags
 
 /// "1k", "10000", "1M", "2.5k" -> integer.
@@ -161,6 +190,108 @@ private:
     std::size_t i_ = 0;
     std::optional<std::string> pending_;
 };
+
+template <class>
+inline constexpr bool unsupported_flag_type = false;
+
+/// Flags bound to variables, parsed by the variable's type: bool is a switch
+/// (sets true, takes no value); int std::stoi; double std::stod; std::string
+/// as is; std::uint64_t parse_count; std::vector<std::uint64_t> parse_counts;
+/// std::vector<std::string> split_list.
+class flag_table {
+public:
+    template <class T>
+    flag_table& add(const std::string& name, T& target)
+    {
+        T* p = &target;
+        flags_.push_back({name, [p, name](args& a) {
+                              if constexpr (std::is_same<T, bool>::value) {
+                                  (void)a;
+                                  *p = true;
+                              } else if constexpr (std::is_same<T, int>::value) {
+                                  *p = std::stoi(a.value(name));
+                              } else if constexpr (std::is_same<T, double>::value) {
+                                  *p = std::stod(a.value(name));
+                              } else if constexpr (std::is_same<T, std::string>::value) {
+                                  *p = a.value(name);
+                              } else if constexpr (std::is_same<T, std::uint64_t>::value) {
+                                  *p = parse_count(a.value(name));
+                              } else if constexpr (std::is_same<T, std::vector<std::uint64_t>>::value) {
+                                  *p = parse_counts(a.value(name));
+                              } else if constexpr (std::is_same<T, std::vector<std::string>>::value) {
+                                  *p = split_list(a.value(name));
+                              } else {
+                                  static_assert(unsupported_flag_type<T>, "no parser for this flag type");
+                              }
+                          }});
+        return *this;
+    }
+
+    /// Walks argv in order (`--name value` or `--name=value`). `--help` / `-h`
+    /// calls usage(0); an unknown flag prints "<prog>: unknown flag F" on
+    /// stderr and calls usage(2) (usage is expected not to return).
+    void parse(int argc, char** argv, const std::string& prog, void (*usage)(int))
+    {
+        args a(argc, argv);
+        while (!a.done()) {
+            const std::string f = a.next();
+            const auto it = std::find_if(flags_.begin(), flags_.end(), [&](const flag& x) { return x.name == f; });
+            if (it != flags_.end()) {
+                it->set(a);
+                seen_.insert(f);
+            } else if (f == "--help" || f == "-h") {
+                usage(0);
+            } else {
+                std::cerr << prog << ": unknown flag " << f << "\n";
+                usage(2);
+            }
+        }
+    }
+
+    /// Whether parse() met the flag `name`.
+    bool seen(const std::string& name) const { return seen_.count(name) != 0; }
+
+private:
+    struct flag {
+        std::string name;
+        std::function<void(args&)> set;
+    };
+    std::vector<flag> flags_;
+    std::set<std::string> seen_;
+};
+
+/// The flags every driver takes, with one meaning: the workload (document
+/// lengths, label counts, threads, train), the library's byte budget, the
+/// memory cap, JSON lines, the Markdown report. A driver's options derive
+/// from it, set their own defaults for the lists and add their own flags in
+/// `void add_flags(flag_table&)`; parse_flags() fills them.
+struct common_flags {
+    std::vector<std::uint64_t> tokens;
+    std::vector<std::uint64_t> labels;
+    int threads = 1;
+    bool train = false;
+    double budget_mb = 16;
+    double max_gb = 8;
+    bool json = false;
+    std::string md;
+    /// Whether argv named any workload flag (--tokens, --labels, --threads, --train).
+    bool workload_given = false;
+};
+
+/// A driver's options `O` (derived from common_flags) from argv: the common
+/// flags and `O::add_flags`'s, parsed by flag_table::parse(argc, argv, prog, usage).
+template <class O>
+O parse_flags(int argc, char** argv, const std::string& prog, void (*usage)(int))
+{
+    O o;
+    flag_table t;
+    t.add("--tokens", o.tokens).add("--labels", o.labels).add("--threads", o.threads).add("--train", o.train);
+    t.add("--budget-mb", o.budget_mb).add("--max-gb", o.max_gb).add("--json", o.json).add("--md", o.md);
+    o.add_flags(t);
+    t.parse(argc, argv, prog, usage);
+    o.workload_given = t.seen("--tokens") || t.seen("--labels") || t.seen("--threads") || t.seen("--train");
+    return o;
+}
 
 // ------------------------------------------------------------------- JSON
 

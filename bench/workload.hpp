@@ -5,7 +5,8 @@
 // lengths follow a log-normal law: median 18 tokens, sigma 0.6, clipped to
 // [1, 100], fixed seed; the last split takes what is left. The scorer is
 // `h = 128` with both bias columns and `o` labels (1 and 50 are the standard
-// cases).
+// cases), parameters from a fixed seed (scorer_config_for). Training runs
+// build their gradient with the previous token as the gold head (gold_head).
 //
 // Everything is drawn with our own generators (splitmix64, Box-Muller) rather
 // than <random>'s distributions, whose output differs between standard
@@ -33,6 +34,8 @@
 
 #include <xtensor/xtensor.hpp>
 
+#include <biaffine/scorer.hpp>
+
 namespace biaffine_bench {
 
 /// Model and data dimensions of the standard workload.
@@ -49,6 +52,21 @@ struct dims {
 constexpr std::uint64_t default_doc_seed = 20240501;
 constexpr std::uint64_t default_split_seed = 18;
 constexpr std::uint64_t default_model_seed = 7;
+
+/// The scorer of the standard workload with `labels` labels.
+inline biaffine::scorer_config scorer_config_for(std::size_t labels)
+{
+    biaffine::scorer_config c;
+    c.n_in = 256;
+    c.hidden = 128;
+    c.labels = labels;
+    c.seed = default_model_seed;
+    return c;
+}
+
+/// The gold head of token `m` in the gradients the training runs build: the
+/// previous token (0 for the first).
+inline std::size_t gold_head(std::size_t m) { return m == 0 ? 0 : m - 1; }
 
 /// splitmix64: tiny, fast, and the same on every platform.
 struct splitmix64 {

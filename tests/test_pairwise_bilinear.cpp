@@ -3,9 +3,12 @@
 // S[b, m, l, o] = sum_ij u[b, l, i] W[o, i, j] v[b, m, j] on random data.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <iostream>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include <xtensor/xarray.hpp>
@@ -124,8 +127,14 @@ TEST_CASE("pairwise_bilinear equals the naive formula on random data", "[pairwis
     for (int bu = 0; bu < 2; ++bu) {
         for (int bv = 0; bv < 2; ++bv) {
             for (std::size_t o : {std::size_t(1), std::size_t(3)}) {
-                const std::size_t b = 3, L = 5, h = 4;
-                INFO("bias_u " << bu << " bias_v " << bv << " labels " << o);
+              // L = 5 takes row_dots / row_combos, L = 60 the packed GEMMs.
+              for (std::size_t L : {std::size_t(5), std::size_t(60)}) {
+                REQUIRE(biaffine::detail::use_row_dots(5, o));
+                REQUIRE(biaffine::detail::use_row_combos(5, o));
+                REQUIRE(!biaffine::detail::use_row_dots(60, o));
+                REQUIRE(!biaffine::detail::use_row_combos(60, o));
+                const std::size_t b = 3, h = 4;
+                INFO("bias_u " << bu << " bias_v " << bv << " labels " << o << " L " << L);
                 const auto u64 = random_array(rng, {b, L, h});
                 const auto v64 = random_array(rng, {b, L, h});
                 const auto w64 = random_array(rng, {o, h + bu, h + bv});
@@ -146,6 +155,105 @@ TEST_CASE("pairwise_bilinear equals the naive formula on random data", "[pairwis
                 GOLDEN_CHECK("dv vs naive", golden::compare<double>(dv, dv_ref));
                 const xt::xarray<double> dw_expected = dw0 + dw_ref;
                 GOLDEN_CHECK("dW accumulated vs naive", golden::compare<double>(dw, dw_expected));
+              }
+            }
+        }
+    }
+}
+
+TEST_CASE("row_dots equals a double-precision loop for every block remainder and stride", "[pairwise_bilinear]")
+{
+    // n and m cover every remainder of the 4 x 3 register block, k every
+    // remainder of the SIMD width (up to 16 floats, AVX-512) and none.
+    std::mt19937 gen(11);
+    std::uniform_real_distribution<double> uni(-1.0, 1.0);
+    auto check = [&](auto zero, std::ptrdiff_t n, std::ptrdiff_t m, std::ptrdiff_t k, std::ptrdiff_t pad) {
+        using T = decltype(zero);
+        const std::ptrdiff_t lda = k + pad, ldb = k + 2 * pad, ldc = m + pad;
+        std::vector<T> a(static_cast<std::size_t>(std::max<std::ptrdiff_t>(1, n * lda))),
+            b(static_cast<std::size_t>(std::max<std::ptrdiff_t>(1, m * ldb)));
+        for (auto& x : a) x = static_cast<T>(uni(gen));
+        for (auto& x : b) x = static_cast<T>(uni(gen));
+        const T sentinel = T(12345);
+        std::vector<T> c(static_cast<std::size_t>(std::max<std::ptrdiff_t>(1, n * ldc)), sentinel);
+        biaffine::detail::row_dots(a.data(), lda, n, b.data(), ldb, m, k, c.data(), ldc);
+        const double tol = std::is_same<T, float>::value ? 1e-5 : 1e-12;
+        for (std::ptrdiff_t i = 0; i < n; ++i) {
+            for (std::ptrdiff_t j = 0; j < ldc; ++j) {
+                const T got = c[static_cast<std::size_t>(i * ldc + j)];
+                if (j >= m) {
+                    REQUIRE(got == sentinel);  // padding between rows untouched
+                    continue;
+                }
+                double want = 0;
+                for (std::ptrdiff_t p = 0; p < k; ++p) {
+                    want += static_cast<double>(a[static_cast<std::size_t>(i * lda + p)]) *
+                            static_cast<double>(b[static_cast<std::size_t>(j * ldb + p)]);
+                }
+                INFO("n=" << n << " m=" << m << " k=" << k << " pad=" << pad << " at " << i << "," << j);
+                REQUIRE(std::abs(static_cast<double>(got) - want) <= tol * std::max(1.0, std::abs(want)) * double(k));
+            }
+        }
+    };
+    for (std::ptrdiff_t n : {0, 1, 2, 3, 4, 5, 7, 8, 9}) {
+        for (std::ptrdiff_t m : {0, 1, 2, 3, 4, 5, 6, 7, 13}) {
+            for (std::ptrdiff_t k : {0, 1, 3, 7, 8, 9, 16, 17, 33, 129}) {
+                for (std::ptrdiff_t pad : {0, 3}) {
+                    check(float{}, n, m, k, pad);
+                    check(double{}, n, m, k, pad);
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("row_combos equals a double-precision loop for every block remainder, stride and transpose",
+          "[pairwise_bilinear]")
+{
+    // C [n, k] = A [n, p] . B [p, k]; A read row-major (a_rs = p + pad, a_cs = 1)
+    // and transposed (a_rs = 1, a_cs = n + pad), as the backward uses it.
+    std::mt19937 gen(12);
+    std::uniform_real_distribution<double> uni(-1.0, 1.0);
+    auto check = [&](auto zero, std::ptrdiff_t n, std::ptrdiff_t p, std::ptrdiff_t k, std::ptrdiff_t pad,
+                     bool transposed) {
+        using T = decltype(zero);
+        const std::ptrdiff_t a_rs = transposed ? 1 : p + pad, a_cs = transposed ? n + pad : 1;
+        const std::ptrdiff_t ldb = k + 2 * pad, ldc = k + pad;
+        std::vector<T> a(static_cast<std::size_t>(std::max<std::ptrdiff_t>(1, (n + pad) * (p + pad)))),
+            b(static_cast<std::size_t>(std::max<std::ptrdiff_t>(1, p * ldb)));
+        for (auto& x : a) x = static_cast<T>(uni(gen));
+        for (auto& x : b) x = static_cast<T>(uni(gen));
+        const T sentinel = T(12345);
+        std::vector<T> c(static_cast<std::size_t>(std::max<std::ptrdiff_t>(1, n * ldc)), sentinel);
+        biaffine::detail::row_combos(a.data(), a_rs, a_cs, n, p, b.data(), ldb, k, c.data(), ldc);
+        const double tol = std::is_same<T, float>::value ? 1e-5 : 1e-12;
+        for (std::ptrdiff_t i = 0; i < n; ++i) {
+            for (std::ptrdiff_t j = 0; j < ldc; ++j) {
+                const T got = c[static_cast<std::size_t>(i * ldc + j)];
+                if (j >= k) {
+                    REQUIRE(got == sentinel);
+                    continue;
+                }
+                double want = 0;
+                for (std::ptrdiff_t q = 0; q < p; ++q) {
+                    want += static_cast<double>(a[static_cast<std::size_t>(i * a_rs + q * a_cs)]) *
+                            static_cast<double>(b[static_cast<std::size_t>(q * ldb + j)]);
+                }
+                INFO("n=" << n << " p=" << p << " k=" << k << " pad=" << pad << " transposed=" << transposed
+                          << " at " << i << "," << j);
+                REQUIRE(std::abs(static_cast<double>(got) - want) <= tol * std::max(1.0, std::abs(want)) * double(p + 1));
+            }
+        }
+    };
+    for (std::ptrdiff_t n : {0, 1, 2, 3, 4, 5, 7, 9}) {
+        for (std::ptrdiff_t p : {0, 1, 2, 5, 13}) {
+            for (std::ptrdiff_t k : {0, 1, 3, 7, 8, 9, 16, 17, 24, 33, 48, 49, 129}) {
+                for (std::ptrdiff_t pad : {0, 3}) {
+                    for (bool transposed : {false, true}) {
+                        check(float{}, n, p, k, pad, transposed);
+                        check(double{}, n, p, k, pad, transposed);
+                    }
+                }
             }
         }
     }

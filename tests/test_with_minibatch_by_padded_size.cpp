@@ -335,6 +335,55 @@ TEST_CASE("with_minibatch_by_padded_size: X·Xᵀ mock batched equals one unbatc
     std::cout << "[with_minibatch_by_padded_size] X·Xᵀ random workloads: " << count << "\n";
 }
 
+TEST_CASE("with_minibatch_by_padded_size: threads give the one-thread results, whole buffers or batches shared",
+          "[with_minibatch_by_padded_size][threads]")
+{
+    // buffer 4 over ~60 splits: many buffers, each thread takes whole ones;
+    // buffer 256: one buffer, its batches are shared out. Both must equal the
+    // one-thread scores bit for bit, in predict and in the stream, and the
+    // stream must keep the tracker's working set within threads x budget.
+    std::mt19937 rng(2024);
+    scorer_config c;
+    c.n_in = 6;
+    c.hidden = 5;
+    c.labels = 2;
+    c.seed = 5;
+    biaffine_scorer<float> sc(c);
+    const item_set<float> items = make_items<float>(rng, random_lengths(rng, 60, 17), c.n_in);
+    const budget b = budget::bytes(48 * 1024);
+    for (std::size_t buffer : {std::size_t(4), std::size_t(256)}) {
+        // The same batches on one thread (a batch's GEMM sizes decide its
+        // rounding, so compare like with like).
+        batch_options o1;
+        o1.buffer = buffer;
+        const score_list<float> Y1 = with_minibatch_by_padded_size(sc, b, o1).predict(items.views);
+        for (std::size_t threads : {std::size_t(2), std::size_t(3)}) {
+            INFO("buffer " << buffer << " threads " << threads);
+            batch_options o;
+            o.buffer = buffer;
+            o.threads = threads;
+            auto layer = with_minibatch_by_padded_size(sc, b, o);
+            const score_list<float> Y = layer.predict(items.views);
+            REQUIRE(Y.size() == Y1.size());
+            for (std::size_t k = 0; k < Y.size(); ++k) REQUIRE(Y[k] == Y1[k]);
+            std::vector<int> seen(items.views.size(), 0);
+            std::size_t mismatches = 0;
+            const std::uint64_t before = tracker().current_bytes();
+            tracker().reset_peak();
+            layer.predict_stream(items.views, [&](std::size_t k, score_view<const float> s) {
+                ++seen[k];
+                for (std::size_t m = 0; m < s.n; ++m)
+                    for (std::size_t l = 0; l < s.n; ++l)
+                        for (std::size_t q = 0; q < s.labels; ++q)
+                            if (s(m, l, q) != Y1[k](m, l, q)) ++mismatches;
+            });
+            REQUIRE(mismatches == 0);
+            for (int x : seen) REQUIRE(x == 1);
+            REQUIRE(tracker().peak_bytes() - before <= threads * b.value);
+        }
+    }
+}
+
 TEST_CASE("with_minibatch_by_padded_size: oversize policies", "[with_minibatch_by_padded_size][errors]")
 {
     std::mt19937 rng(8);

@@ -8,7 +8,9 @@
 // straight from W's memory, so the weights are never copied), then T viewed as
 // `[n * o, hv]` gives S_flat = v . T^T, which is S[m, l, o] row-major. The
 // first GEMM is row-wise, so callers run it on the packed rows of a whole
-// batch; only the second needs the split boundaries.
+// batch; only the second needs the split boundaries. For short splits the
+// second product (and its backward) skips the GEMM's packing: see
+// detail/row_dots.hpp and use_row_dots / use_row_combos below.
 //
 // This header is kernel math only; the layers (projections, masks, softmax,
 // batching) live elsewhere.
@@ -21,6 +23,7 @@
 #include <Eigen/Core>
 
 #include "biaffine/detail/checked.hpp"
+#include "biaffine/detail/row_dots.hpp"
 #include "biaffine/errors.hpp"
 #include "biaffine/tensor.hpp"
 
@@ -58,6 +61,19 @@ void bilinear_left_backward(const_row_map<T> ua, const T* w, std::size_t labels,
     }
 }
 
+/// When the per-split products skip the packed GEMM (row_dots.hpp): the
+/// crossovers measured on AVX2 with bench_kernels (BM_bilinear_right and
+/// BM_bilinear_right_backward, hv = 129): below them packing dominates the
+/// GEMM; above, its cache-blocked micro-kernel wins.
+inline bool use_row_dots(Eigen::Index n, std::size_t labels)
+{
+    return n <= 12 && static_cast<std::size_t>(n) * labels <= 256;
+}
+inline bool use_row_combos(Eigen::Index n, std::size_t labels)
+{
+    return n <= 12 && static_cast<std::size_t>(n) * labels <= 300;
+}
+
 /// Scores of one split: `S [n, n * o] = Va [n, hv] . Tr^T` with `Tr` the
 /// split's rows of T viewed as `[n * o, hv]` (contiguous: T is row-major).
 template <class T>
@@ -66,7 +82,14 @@ void bilinear_right(const_row_map<T> va, const T* t_rows, std::size_t labels, sc
     const auto n = va.rows();
     const auto hv = va.cols();
     if (n == 0) return;
-    Eigen::Map<const row_matrix<T>> tr(t_rows, n * static_cast<Eigen::Index>(labels), hv);
+    const auto no = n * static_cast<Eigen::Index>(labels);
+    if (use_row_dots(n, labels)) {
+        // Short splits (most of a document's): dot products straight from the
+        // operands beat a packed GEMM, see row_dots.hpp.
+        row_dots(va.data(), va.outerStride(), n, t_rows, hv, no, hv, s.data, s.row_stride);
+        return;
+    }
+    Eigen::Map<const row_matrix<T>> tr(t_rows, no, hv);
     s.map().noalias() = va * tr.transpose();
 }
 
@@ -80,6 +103,11 @@ void bilinear_right_backward(const_row_map<T> va, const T* t_rows, std::size_t l
     const auto hv = va.cols();
     if (n == 0) return;
     const auto no = n * static_cast<Eigen::Index>(labels);
+    if (use_row_combos(n, labels)) {
+        row_combos(ds.data, ds.row_stride, 1, n, no, t_rows, hv, hv, dva.data(), dva.outerStride());
+        row_combos(ds.data, 1, ds.row_stride, no, n, va.data(), va.outerStride(), hv, dt_rows, hv);
+        return;
+    }
     Eigen::Map<const row_matrix<T>> tr(t_rows, no, hv);
     Eigen::Map<row_matrix<T>> dtr(dt_rows, no, hv);
     const auto dsm = ds.map();
