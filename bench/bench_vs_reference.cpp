@@ -305,7 +305,7 @@ impl make_eigen_naive(shared_case& c)
     if (c.cfg.train) i.predicted_bytes += rows * (n_in + hu + hv + o * hv + L * o) * 4;
     shared_case* cp = &c;
     const bool train = c.cfg.train;
-    i.run = [st, cp, b, L, n_in, h, hu, hv, o, train] {
+    i.run = [st, cp, b, L, hv, o, train] {
         const auto& splits = cp->w.splits;
         const auto& off = cp->off;
         const Eigen::Index BL = static_cast<Eigen::Index>(b * L);
@@ -492,7 +492,7 @@ impl make_torch(shared_case& c, bool batched, std::uint64_t ref_items)
         i.predicted_bytes = train ? all * 1.5 : worst + static_cast<double>(c.w.sum_sq()) * o * 4;
     }
     shared_case* cp = &c;
-    i.run = [st, p, cp, batches, batched, n_in, o, train] {
+    i.run = [st, p, cp, batches, batched, o, train] {
         const auto& splits = cp->w.splits;
         const auto& off = cp->off;
         std::optional<torch::NoGradGuard> no_grad;

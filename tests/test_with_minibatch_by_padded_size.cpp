@@ -335,11 +335,11 @@ TEST_CASE("with_minibatch_by_padded_size: X·Xᵀ mock batched equals one unbatc
     std::cout << "[with_minibatch_by_padded_size] X·Xᵀ random workloads: " << count << "\n";
 }
 
-TEST_CASE("with_minibatch_by_padded_size: threads give the one-thread results, whole buffers or batches shared",
+TEST_CASE("with_minibatch_by_padded_size: threads give the one-thread results, small and large buffers",
           "[with_minibatch_by_padded_size][threads]")
 {
-    // buffer 4 over ~60 splits: many buffers, each thread takes whole ones;
-    // buffer 256: one buffer, its batches are shared out. Both must equal the
+    // buffer 4 over ~60 splits (many buffers, few batches each) and buffer
+    // 256 (one buffer, its batches shared out): both must equal the
     // one-thread scores bit for bit, in predict and in the stream, and the
     // stream must keep the tracker's working set within threads x budget.
     std::mt19937 rng(2024);

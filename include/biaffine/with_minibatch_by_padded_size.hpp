@@ -43,11 +43,9 @@ struct has_bookkeeping_bytes<Items, std::void_t<decltype(std::declval<const Item
 struct batch_options {
     std::size_t buffer = 256;                              ///< items sorted together
     oversize_policy oversize = oversize_policy::run_alone; ///< a split whose cost alone exceeds the budget
-    /// Threads for inference (`predict`, `predict_stream`): each thread plans
-    /// and runs whole buffers (the batches of one buffer when there are fewer
-    /// than 2 x threads buffers), one workspace and one set of bookkeeping per
-    /// thread, so the bound becomes threads x budget. Results are identical
-    /// to one thread; only the order of sink calls differs.
+    /// Threads for inference (`predict`, `predict_stream`): batches of a
+    /// buffer run concurrently, one workspace per thread, so the scratch bound
+    /// becomes threads x budget. Results are identical to one thread.
     /// Training (`forward` and its backprop) runs batches in order on the
     /// calling thread, so dropout draws and gradient sums stay deterministic.
     std::size_t threads = 1;
@@ -234,8 +232,7 @@ private:
 
     // Plans every buffer and calls `batch(items, input_indices, max_len)` once
     // per batch inside a workspace sized by the batch's reported scratch; with
-    // threads > 1 whole buffers (or, when there are few, the batches of a
-    // buffer) run concurrently.
+    // threads > 1 the batches of a buffer run concurrently.
     template <class Items, class Batch>
     void run(const Items& X, mode m, std::size_t threads, Batch&& batch) const
     {
@@ -273,22 +270,18 @@ private:
                                                  " cannot be sized: ", e.what()));
             }
         };
-        // The arrays bookkeeping_bytes() accounts for, one entry per buffered
-        // item; with threads working on whole buffers, one set per thread.
-        struct bookkeeping {
-            tracked_vector<seq_view<const T>> items;
-            tracked_vector<seq_view<const T>> batch_items;  // items grouped by batch
-            tracked_vector<std::size_t> lengths;
-            tracked_vector<std::size_t> order;
-            tracked_vector<std::size_t> global;  // input index of batch_items[i]
-            tracked_vector<planned_batch> plan;
-            explicit bookkeeping(std::size_t size)
-                : items(size), batch_items(size), lengths(size), order(size), global(size), plan(size)
-            {
-            }
-        };
-        auto run_batch = [&](const bookkeeping& bk, std::size_t b) {
-            const planned_batch& pb = bk.plan[b];
+        // The arrays bookkeeping_bytes() accounts for, one entry per buffered item.
+        tracked_vector<seq_view<const T>> items(nbuf);
+        tracked_vector<seq_view<const T>> batch_items(nbuf);  // items grouped by batch
+        tracked_vector<std::size_t> lengths(nbuf);
+        tracked_vector<std::size_t> order(nbuf);
+        tracked_vector<std::size_t> global(nbuf);  // input index of batch_items[i]
+        tracked_vector<planned_batch> plan(nbuf);
+        workspace_scope keep_scratch;  // the calling thread's block lives across batches
+        detail::task_pool pool(std::min(threads, n));
+        std::size_t nb = 0;
+        const std::function<void(std::size_t)> run_batch = [&](std::size_t b) {
+            const planned_batch& pb = plan[b];
             const batch_cost c = inner_.cost(pb.count, pb.max_len, m);
             // Under a byte budget the block kept from an earlier batch counts
             // against this one: reuse it only while it fits beside this
@@ -299,24 +292,22 @@ private:
                 keep = std::max(c.scratch, others < limit ? limit - others : 0);
             }
             workspace_scope ws(c.scratch, keep);
-            batch(span<const seq_view<const T>>(bk.batch_items.data() + pb.first, pb.count),
-                  span<const std::size_t>(bk.global.data() + pb.first, pb.count), pb.max_len);
+            batch(span<const seq_view<const T>>(batch_items.data() + pb.first, pb.count),
+                  span<const std::size_t>(global.data() + pb.first, pb.count), pb.max_len);
         };
-        // Sorts and plans the buffer of items [begin, begin + count) into bk;
-        // returns its number of batches.
-        auto plan_buffer = [&](bookkeeping& bk, std::size_t begin, std::size_t count) {
+        for (std::size_t begin = 0; begin < n; begin += nbuf) {
+            const std::size_t count = std::min(nbuf, n - begin);
             for (std::size_t i = 0; i < count; ++i) {
-                bk.items[i] = detail::to_const_view(X[begin + i]);
-                bk.lengths[i] = bk.items[i].rows;
+                items[i] = detail::to_const_view(X[begin + i]);
+                lengths[i] = items[i].rows;
             }
-            const std::size_t nb =
-                detail::plan_buffer(span<const std::size_t>(bk.lengths.data(), count), limit, cost,
-                                    span<std::size_t>(bk.order.data(), count), span<planned_batch>(bk.plan.data(), count));
+            nb = detail::plan_buffer(span<const std::size_t>(lengths.data(), count), limit, cost,
+                                     span<std::size_t>(order.data(), count), span<planned_batch>(plan.data(), count));
             for (std::size_t b = 0; b < nb; ++b) {
-                const planned_batch& pb = bk.plan[b];
+                const planned_batch& pb = plan[b];
                 if (pb.oversize) {
                     if (opts_.oversize == oversize_policy::throw_error) {
-                        const std::size_t k = begin + bk.order[pb.first];
+                        const std::size_t k = begin + order[pb.first];
                         throw budget_error(detail::msg("with_minibatch_by_padded_size: split ", k, " of length ",
                                                        pb.max_len, " costs ", cost(1, pb.max_len),
                                                        " alone, over the budget of ", limit,
@@ -326,37 +317,13 @@ private:
                     ++oversize_;
                 }
                 for (std::size_t j = 0; j < pb.count; ++j) {
-                    const std::size_t pos = bk.order[pb.first + j];
-                    bk.batch_items[pb.first + j] = bk.items[pos];
-                    bk.global[pb.first + j] = begin + pos;
+                    const std::size_t pos = order[pb.first + j];
+                    batch_items[pb.first + j] = items[pos];
+                    global[pb.first + j] = begin + pos;
                 }
             }
             batches_.add(nb);
-            return nb;
-        };
-        workspace_scope keep_scratch;  // the calling thread's block lives across batches
-        const std::size_t n_buffers = (n - 1) / nbuf + 1;
-        if (threads > 1 && n_buffers >= 2 * threads) {
-            // Enough buffers to go round: each thread plans and runs whole
-            // buffers with its own bookkeeping, so no thread waits for another
-            // (a buffer often plans into a single batch under a byte budget).
-            detail::task_pool pool(threads);
-            pool.run(n_buffers, [&](std::size_t i) {
-                const std::size_t begin = i * nbuf, count = std::min(nbuf, n - begin);
-                bookkeeping bk(count);
-                const std::size_t nb = plan_buffer(bk, begin, count);
-                for (std::size_t b = 0; b < nb; ++b) run_batch(bk, b);
-            });
-            return;
-        }
-        // One thread, or few buffers: buffer by buffer, the batches of a
-        // buffer shared out among the threads.
-        bookkeeping bk(nbuf);
-        detail::task_pool pool(std::min(threads, n));
-        const std::function<void(std::size_t)> run_planned = [&](std::size_t b) { run_batch(bk, b); };
-        for (std::size_t begin = 0; begin < n; begin += nbuf) {
-            const std::size_t count = std::min(nbuf, n - begin);
-            pool.run(plan_buffer(bk, begin, count), run_planned);
+            pool.run(nb, run_batch);
         }
     }
 
