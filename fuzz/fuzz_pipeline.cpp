@@ -71,7 +71,7 @@ spec decode(fuzz::input& in)
     s.budget_value = s.budget_kind == 0 ? 1 + in.u8() % 64 : 1 + std::uint64_t(in.u16()) * (in.flag() ? 1 : 16);
     s.opts.buffer = in.flag() ? in.small(0, 8) : 256;
     s.opts.oversize = in.u8() % 4 == 0 ? oversize_policy::throw_error : oversize_policy::run_alone;
-    s.opts.threads = in.u8() % 16 == 0 ? 2 : 1;
+    s.opts.threads = in.u8() % 8 == 0 ? 2 + in.u8() % 2 : 1;
     s.op = in.u8() % 4;
     s.bad_gradient = in.u8() % 8 == 0;
     const std::size_t n_docs = in.small(0, 4);

@@ -33,6 +33,7 @@
 
 #include "biaffine/backprop.hpp"
 #include "biaffine/detail/checked.hpp"
+#include "biaffine/detail/gemm_kernel.hpp"
 #include "biaffine/errors.hpp"
 #include "biaffine/pairwise_bilinear.hpp"
 #include "biaffine/tensor.hpp"
@@ -320,10 +321,13 @@ public:
         const std::uint64_t t = scratch_bytes<T>(detail::checked_product("batch cost", rows, o, hv()));
         const std::uint64_t offsets = scratch_bytes<std::size_t>(detail::checked_add(count, 1, "batch cost"));
         if (m == mode::eval) {
-            // predict_stream also carves one split's scores (max_len^2 * o).
+            // predict_stream also carves one split's scores (max_len^2 * o);
+            // the kernel path a packed copy of one weight block.
             const std::uint64_t one = scratch_bytes<T>(detail::checked_product("batch cost", max_len, max_len, o));
+            const std::uint64_t packed = scratch_bytes<T>(packed_weight_elements());
             c.scratch = detail::checked_add(
-                detail::checked_add(detail::checked_add(offsets, xp, "batch cost"), one, "batch cost"),
+                detail::checked_add(detail::checked_add(offsets, xp, "batch cost"),
+                                    detail::checked_add(one, packed, "batch cost"), "batch cost"),
                 detail::checked_add(detail::checked_add(u, v, "batch cost"), t, "batch cost"), "batch cost");
             return c;
         }
@@ -631,6 +635,44 @@ private:
         if (bias) o.col(static_cast<Eigen::Index>(h)).setOnes();
     }
 
+    // Elements of the packed weight block the GEMM kernel path of predict
+    // carves (one of Wh^T, Wd^T, or one label's slice of W' at a time); 0
+    // where that path is not built.
+    std::size_t packed_weight_elements() const noexcept
+    {
+        if (!detail::gemm_supported<T>()) return 0;
+        return std::max(detail::gemm_packed_size(cfg_.n_in, cfg_.hidden), detail::gemm_packed_size(hu(), hv()));
+    }
+
+    // The projections and T = U W' of predict through the GEMM kernel: X is
+    // read in place, the weights packed one block at a time into `packed`,
+    // and bias + relu applied before the one store.
+    void activations_kernel(const T* xp, std::size_t N, T* u, T* v, T* t, T* packed) const
+    {
+        if (N == 0) return;
+        const std::size_t n_in = cfg_.n_in, h = cfg_.hidden, o = cfg_.labels;
+        const auto n_in_s = static_cast<std::ptrdiff_t>(n_in);
+        for (int which = 0; which < 2; ++which) {
+            const tensor<T, 2>& w = which == 0 ? wh_ : wd_;
+            const tensor<T, 1>& b = which == 0 ? bh_ : bd_;
+            const bool bias = which == 0 ? cfg_.bias_u : cfg_.bias_v;
+            T* out = which == 0 ? u : v;
+            const std::size_t width = h + (bias ? 1 : 0);
+            detail::gemm_pack_b(w.data(), 1, n_in_s, n_in, h, packed);  // Wh^T: (k, m) = W[m, k]
+            detail::gemm_bias_relu(xp, n_in_s, N, n_in, packed, h, b.data(), true, out,
+                                   static_cast<std::ptrdiff_t>(width));
+            if (bias) {
+                for (std::size_t r = 0; r < N; ++r) out[r * width + h] = T(1);
+            }
+        }
+        const std::size_t hu_ = hu(), hv_ = hv();
+        for (std::size_t k = 0; k < o; ++k) {
+            detail::gemm_pack_b(w_.data() + k * hu_ * hv_, static_cast<std::ptrdiff_t>(hv_), 1, hu_, hv_, packed);
+            detail::gemm_bias_relu(u, static_cast<std::ptrdiff_t>(hu_), N, hu_, packed, hv_, nullptr, false, t + k * hv_,
+                                   static_cast<std::ptrdiff_t>(o * hv_));
+        }
+    }
+
     // One mask per split and feature, shared over the split's tokens; kept
     // units scaled by 1 / (1 - p). Drawn from a per-batch seed so backward can
     // redraw the same masks when it recomputes the forward.
@@ -681,12 +723,17 @@ private:
         scratch<T> u(elements("packed U", N, hu()));
         scratch<T> v(elements("packed V", N, hv()));
         scratch<T> t(detail::to_index_size(detail::checked_product("packed T", N, o, hv()), "packed T"));
+        scratch<T> packed(packed_weight_elements());
         gather(X, off.data(), xp.data());
-        project(xp.data(), N, wh_, bh_, cfg_.bias_u, u.data());
-        project(xp.data(), N, wd_, bd_, cfg_.bias_v, v.data());
-        if (N != 0) {
-            detail::bilinear_left<T>(detail::cmap(u.data(), N, hu()), w_.data(), o, hv(),
-                                     detail::mmap(t.data(), N, o * hv()));
+        if constexpr (detail::gemm_supported<T>()) {
+            activations_kernel(xp.data(), N, u.data(), v.data(), t.data(), packed.data());
+        } else {
+            project(xp.data(), N, wh_, bh_, cfg_.bias_u, u.data());
+            project(xp.data(), N, wd_, bd_, cfg_.bias_v, v.data());
+            if (N != 0) {
+                detail::bilinear_left<T>(detail::cmap(u.data(), N, hu()), w_.data(), o, hv(),
+                                         detail::mmap(t.data(), N, o * hv()));
+            }
         }
         for (std::size_t k = 0; k < count; ++k) {
             const std::size_t n = off[k + 1] - off[k];

@@ -8,18 +8,20 @@
 #pragma once
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
+#include <exception>
 #include <limits>
 #include <mutex>
+#include <thread>
+#include <vector>
 #include <type_traits>
 #include <utility>
 
 #include "biaffine/backprop.hpp"
 #include "biaffine/detail/counter.hpp"
 #include "biaffine/detail/gradient_guard.hpp"
-#include "biaffine/detail/task_pool.hpp"
 #include "biaffine/batching.hpp"
 #include "biaffine/errors.hpp"
 #include "biaffine/scorer.hpp"
@@ -37,15 +39,22 @@ template <class Items>
 struct has_bookkeeping_bytes<Items, std::void_t<decltype(std::declval<const Items&>().bookkeeping_bytes())>>
     : std::true_type {};
 
+// Thrown inside a batch whose buffer must not deliver because an earlier
+// buffer failed; never leaves the layer (the earlier error does).
+struct delivery_cancelled {};
+
 }  // namespace detail
 
 /// Options of with_minibatch_by_padded_size.
 struct batch_options {
     std::size_t buffer = 256;                              ///< items sorted together
     oversize_policy oversize = oversize_policy::run_alone; ///< a split whose cost alone exceeds the budget
-    /// Threads for inference (`predict`, `predict_stream`): batches of a
-    /// buffer run concurrently, one workspace per thread, so the scratch bound
-    /// becomes threads x budget. Results are identical to one thread.
+    /// Threads for inference (`predict`, `predict_stream`): batches run
+    /// concurrently, one workspace per thread, so the bound becomes threads x
+    /// budget. A thread with nothing left in the current buffer plans the
+    /// next one, so the threads stay busy across buffers; buffers still
+    /// deliver in order (a batch waits for every earlier buffer to deliver).
+    /// Results are identical to one thread.
     /// Training (`forward` and its backprop) runs batches in order on the
     /// calling thread, so dropout draws and gradient sums stay deterministic.
     std::size_t threads = 1;
@@ -121,9 +130,9 @@ public:
                                    detail::checked_mul(count, sizeof(score_tensor<T>), "batch cost"), "batch cost");
     }
 
-    /// Bytes of this layer's own inference bookkeeping for `n_items` items
-    /// (the per-buffer arrays of run()): paid out of a byte budget before
-    /// planning.
+    /// Bytes of this layer's own bookkeeping for `n_items` items (the
+    /// per-buffer arrays of a call, one set per thread): paid out of each
+    /// thread's byte budget before planning.
     std::uint64_t bookkeeping_bytes(std::size_t n_items) const
     {
         const std::uint64_t n = std::min<std::uint64_t>(opts_.buffer, n_items);
@@ -137,7 +146,8 @@ public:
     score_list<T> predict(const Items& X) const
     {
         score_list<T> Y = placeholders(X.size());
-        run(X, mode::eval, opts_.threads, [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t) {
+        run(X, mode::eval, opts_.threads,
+            [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t, auto&&) {
             score_list<T> Yb = inner_.predict(items);
             for (std::size_t j = 0; j < items.size(); ++j) Y[index[j]] = std::move(Yb[j]);
         });
@@ -152,8 +162,14 @@ public:
     {
         std::mutex sink_mutex;  // the sink is never called concurrently
         run(X, mode::eval, opts_.threads,
-            [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t) {
+            [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t, auto&& my_turn) {
+                bool turn_taken = false;
                 inner_.predict_stream(items, [&](std::size_t j, score_view<const T> s) {
+                    // Wait outside the sink lock: the batch whose turn it is needs it.
+                    if (!turn_taken) {
+                        if (!my_turn()) throw detail::delivery_cancelled{};
+                        turn_taken = true;
+                    }
                     if (opts_.concurrent_sink) {
                         sink(index[j], s);
                     } else {
@@ -180,7 +196,7 @@ public:
         tracked_vector<batch_record> records;
         tracked_vector<std::size_t> index;
         index.reserve(n);
-        run(X, m, 1, [&](span<const seq_view<const T>> items, span<const std::size_t> idx, std::size_t max_len) {
+        run(X, m, 1, [&](span<const seq_view<const T>> items, span<const std::size_t> idx, std::size_t max_len, auto&&) {
             auto [Yb, bp] = inner_.forward(items, m);
             records.push_back({index.size(), items.size(), max_len, std::move(bp)});
             for (std::size_t j = 0; j < items.size(); ++j) {
@@ -230,9 +246,11 @@ private:
         return Y;
     }
 
-    // Plans every buffer and calls `batch(items, input_indices, max_len)` once
-    // per batch inside a workspace sized by the batch's reported scratch; with
-    // threads > 1 the batches of a buffer run concurrently.
+    // Plans every buffer and calls `batch(items, input_indices, max_len,
+    // my_turn)` once per batch inside a workspace sized by the batch's
+    // reported scratch; with threads > 1 batches run concurrently. A batch
+    // calls `my_turn()` before it delivers anything: it returns when every
+    // earlier buffer has delivered, false if an earlier one failed.
     template <class Items, class Batch>
     void run(const Items& X, mode m, std::size_t threads, Batch&& batch) const
     {
@@ -270,62 +288,214 @@ private:
                                                  " cannot be sized: ", e.what()));
             }
         };
-        // The arrays bookkeeping_bytes() accounts for, one entry per buffered item.
-        tracked_vector<seq_view<const T>> items(nbuf);
-        tracked_vector<seq_view<const T>> batch_items(nbuf);  // items grouped by batch
-        tracked_vector<std::size_t> lengths(nbuf);
-        tracked_vector<std::size_t> order(nbuf);
-        tracked_vector<std::size_t> global(nbuf);  // input index of batch_items[i]
-        tracked_vector<planned_batch> plan(nbuf);
-        workspace_scope keep_scratch;  // the calling thread's block lives across batches
-        detail::task_pool pool(std::min(threads, n));
-        std::size_t nb = 0;
-        const std::function<void(std::size_t)> run_batch = [&](std::size_t b) {
-            const planned_batch& pb = plan[b];
-            const batch_cost c = inner_.cost(pb.count, pb.max_len, m);
+        windows_run<Items, decltype(cost), Batch> state{*this, X, m, limit, cost, batch, std::min(threads, n)};
+        state.go();
+    }
+
+    // One call's schedule. A window is `buffer` consecutive items; windows are
+    // planned one at a time, in order, under the mutex (reading a lazy split
+    // list moves its cursor, so reads must not race), and a window is planned
+    // only once every batch of the previous one has been claimed. A thread
+    // that finds nothing left to claim plans the next window, so with threads
+    // > 1 the batches of window w+1 start while the last one of window w still
+    // runs. Delivery keeps the one-thread contract under errors: a batch
+    // delivers (`wait_turn`) only after every earlier window has delivered,
+    // and nothing from a window after the first failing one is delivered.
+    template <class Items, class Cost, class Batch>
+    struct windows_run {
+        // The arrays bookkeeping_bytes() accounts for, one set per thread:
+        // a window's batches may still run while the next one is planned.
+        struct slot {
+            tracked_vector<seq_view<const T>> items;
+            tracked_vector<seq_view<const T>> batch_items;  // items grouped by batch
+            tracked_vector<std::size_t> lengths;
+            tracked_vector<std::size_t> order;
+            tracked_vector<std::size_t> global;  // input index of batch_items[i]
+            tracked_vector<planned_batch> plan;
+            std::size_t window = 0;   // which window this slot holds
+            std::size_t n_batches = 0;
+            std::size_t next = 0;     // first batch not yet claimed
+            std::size_t running = 0;  // claimed, not finished
+            bool live = false;
+        };
+
+        const with_minibatch_by_padded_size_layer& layer;
+        const Items& X;
+        mode m;
+        std::uint64_t limit;
+        Cost& cost;
+        Batch& batch;
+        std::size_t threads;
+
+        std::mutex mutex{};
+        std::condition_variable turn{};   // a window finished, or a run failed
+        std::vector<slot> slots{};
+        slot* newest = nullptr;           // the last window planned
+        std::size_t next_window = 0;
+        std::size_t failed_window = std::numeric_limits<std::size_t>::max();
+        std::exception_ptr first_error{};
+
+        void go()
+        {
+            const std::size_t nbuf = std::min(layer.opts_.buffer, X.size());
+            slots.resize(threads);
+            for (slot& s : slots) {
+                s.items.resize(nbuf);
+                s.batch_items.resize(nbuf);
+                s.lengths.resize(nbuf);
+                s.order.resize(nbuf);
+                s.global.resize(nbuf);
+                s.plan.resize(nbuf);
+            }
+            std::vector<std::thread> helpers;
+            helpers.reserve(threads - 1);
+            try {
+                for (std::size_t t = 1; t < threads; ++t) helpers.emplace_back([this] { work(); });
+            } catch (...) {
+                fail(0, std::current_exception());  // no thread: stop the started ones
+            }
+            work();
+            for (std::thread& t : helpers) t.join();
+            if (first_error) std::rethrow_exception(first_error);
+        }
+
+        // Records the error of `window` when it is the earliest so far, and
+        // wakes the threads waiting for their turn (they give up).
+        void fail(std::size_t window, std::exception_ptr e)
+        {
+            std::lock_guard<std::mutex> lock(mutex);
+            if (window < failed_window) {
+                failed_window = window;
+                first_error = std::move(e);
+            }
+            turn.notify_all();
+        }
+
+        // Blocks until every window before `window` has delivered; false when
+        // an earlier window failed (this batch must not deliver).
+        bool wait_turn(std::size_t window)
+        {
+            std::unique_lock<std::mutex> lock(mutex);
+            turn.wait(lock, [&] { return failed_window < window || !earlier_live(window); });
+            return failed_window >= window;
+        }
+
+        bool earlier_live(std::size_t window) const
+        {
+            for (const slot& s : slots) {
+                if (s.live && s.window < window) return true;
+            }
+            return false;
+        }
+
+        void work()
+        {
+            workspace_scope keep_scratch;  // this thread's block lives across batches
+            std::unique_lock<std::mutex> lock(mutex);
+            for (;;) {
+                slot* s = newest;
+                if (s == nullptr || s->next == s->n_batches || s->window >= failed_window) {
+                    if (layer_done() || next_window >= failed_window) return;
+                    try {
+                        plan_next();
+                    } catch (...) {
+                        if (next_window < failed_window) {
+                            failed_window = next_window;
+                            first_error = std::current_exception();
+                        }
+                        turn.notify_all();
+                        return;
+                    }
+                    continue;
+                }
+                const std::size_t b = s->next++;
+                ++s->running;
+                lock.unlock();
+                try {
+                    run_batch(*s, b);
+                } catch (...) {
+                    fail(s->window, std::current_exception());
+                }
+                lock.lock();
+                if (--s->running == 0 && s->next == s->n_batches) {
+                    s->live = false;
+                    turn.notify_all();
+                }
+            }
+        }
+
+        bool layer_done() const { return next_window * slots.front().items.size() >= X.size(); }
+
+        // Plans window `next_window` into a free slot. Called with the mutex
+        // held; at most threads - 1 windows are running, so a slot is free.
+        void plan_next()
+        {
+            slot* s = nullptr;
+            for (slot& c : slots) {
+                if (!c.live) {
+                    s = &c;
+                    break;
+                }
+            }
+            if (s == nullptr) throw biaffine::error("with_minibatch_by_padded_size: internal error: no free window slot");
+            const std::size_t nbuf = s->items.size();
+            const std::size_t begin = next_window * nbuf;
+            const std::size_t count = std::min(nbuf, X.size() - begin);
+            for (std::size_t i = 0; i < count; ++i) {
+                s->items[i] = detail::to_const_view(X[begin + i]);
+                s->lengths[i] = s->items[i].rows;
+            }
+            const std::size_t nb = detail::plan_buffer(span<const std::size_t>(s->lengths.data(), count), limit, cost,
+                                                       span<std::size_t>(s->order.data(), count),
+                                                       span<planned_batch>(s->plan.data(), count));
+            for (std::size_t b = 0; b < nb; ++b) {
+                const planned_batch& pb = s->plan[b];
+                if (pb.oversize) {
+                    if (layer.opts_.oversize == oversize_policy::throw_error) {
+                        const std::size_t k = begin + s->order[pb.first];
+                        throw budget_error(detail::msg(
+                            "with_minibatch_by_padded_size: split ", k, " of length ", pb.max_len, " costs ",
+                            cost(1, pb.max_len), " alone, over the budget of ", limit,
+                            layer.budget_.kind == budget_kind::bytes ? " bytes" : " padded items",
+                            " (oversize policy: throw)"));
+                    }
+                    ++layer.oversize_;
+                }
+                for (std::size_t j = 0; j < pb.count; ++j) {
+                    const std::size_t pos = s->order[pb.first + j];
+                    s->batch_items[pb.first + j] = s->items[pos];
+                    s->global[pb.first + j] = begin + pos;
+                }
+            }
+            layer.batches_.add(nb);
+            s->window = next_window++;
+            s->n_batches = nb;
+            s->next = 0;
+            s->running = 0;
+            s->live = nb != 0;
+            newest = s;
+        }
+
+        // Runs batch `b` of slot `s` inside a workspace sized by its scratch.
+        void run_batch(const slot& s, std::size_t b)
+        {
+            const planned_batch& pb = s.plan[b];
+            const batch_cost c = layer.inner_.cost(pb.count, pb.max_len, m);
             // Under a byte budget the block kept from an earlier batch counts
             // against this one: reuse it only while it fits beside this
             // batch's other memory (heap, outputs), else size it to this batch.
             std::uint64_t keep = std::numeric_limits<std::uint64_t>::max();
-            if (budget_.kind == budget_kind::bytes) {
-                const std::uint64_t others = planned_bytes(pb.count, pb.max_len, m) - c.scratch;
+            if (layer.budget_.kind == budget_kind::bytes) {
+                const std::uint64_t others = layer.planned_bytes(pb.count, pb.max_len, m) - c.scratch;
                 keep = std::max(c.scratch, others < limit ? limit - others : 0);
             }
             workspace_scope ws(c.scratch, keep);
-            batch(span<const seq_view<const T>>(batch_items.data() + pb.first, pb.count),
-                  span<const std::size_t>(global.data() + pb.first, pb.count), pb.max_len);
-        };
-        for (std::size_t begin = 0; begin < n; begin += nbuf) {
-            const std::size_t count = std::min(nbuf, n - begin);
-            for (std::size_t i = 0; i < count; ++i) {
-                items[i] = detail::to_const_view(X[begin + i]);
-                lengths[i] = items[i].rows;
-            }
-            nb = detail::plan_buffer(span<const std::size_t>(lengths.data(), count), limit, cost,
-                                     span<std::size_t>(order.data(), count), span<planned_batch>(plan.data(), count));
-            for (std::size_t b = 0; b < nb; ++b) {
-                const planned_batch& pb = plan[b];
-                if (pb.oversize) {
-                    if (opts_.oversize == oversize_policy::throw_error) {
-                        const std::size_t k = begin + order[pb.first];
-                        throw budget_error(detail::msg("with_minibatch_by_padded_size: split ", k, " of length ",
-                                                       pb.max_len, " costs ", cost(1, pb.max_len),
-                                                       " alone, over the budget of ", limit,
-                                                       budget_.kind == budget_kind::bytes ? " bytes" : " padded items",
-                                                       " (oversize policy: throw)"));
-                    }
-                    ++oversize_;
-                }
-                for (std::size_t j = 0; j < pb.count; ++j) {
-                    const std::size_t pos = order[pb.first + j];
-                    batch_items[pb.first + j] = items[pos];
-                    global[pb.first + j] = begin + pos;
-                }
-            }
-            batches_.add(nb);
-            pool.run(nb, run_batch);
+            const std::size_t window = s.window;
+            batch(span<const seq_view<const T>>(s.batch_items.data() + pb.first, pb.count),
+                  span<const std::size_t>(s.global.data() + pb.first, pb.count), pb.max_len,
+                  [this, window] { return threads == 1 || wait_turn(window); });
         }
-    }
+    };
 
     Inner inner_;
     budget budget_;
