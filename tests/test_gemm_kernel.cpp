@@ -1,6 +1,7 @@
-// Tests of biaffine/detail/gemm_kernel.hpp: the packed right side and the
-// fused GEMM + bias + relu against a double-precision loop, for every row
-// remainder of the 6-row block, partial panels, strides and K down to 1.
+// Tests of biaffine/detail/gemm_kernel.hpp: the packed right side, the fused
+// GEMM + bias + relu against a double-precision loop (every row remainder of
+// the 6-row block, partial panels, strides, K down to 1), and the in-place
+// right side and the transposed store against it.
 #include <biaffine/detail/gemm_kernel.hpp>
 
 #include <catch2/catch.hpp>
@@ -89,6 +90,26 @@ TEST_CASE("gemm_bias_relu equals a double-precision loop", "[gemm_kernel]")
                         for (std::size_t m = M; m < ldc; ++m) REQUIRE(c[r * ldc + m] == sentinel);  // no overrun
                     }
                     REQUIRE(worst < 1e-5);
+
+                    // B read in place, only the partial panel packed.
+                    if (variant != 0) continue;
+                    std::vector<float> tail(biaffine::detail::gemm_packed_size(K, M % 16));
+                    std::vector<float> c2(N * ldc, sentinel);
+                    biaffine::detail::gemm_rowmajor_b(a.data(), static_cast<std::ptrdiff_t>(lda), N, K, b.data(),
+                                                      static_cast<std::ptrdiff_t>(M), M, tail.data(), c2.data(),
+                                                      static_cast<std::ptrdiff_t>(ldc));
+                    REQUIRE(c2 == c);  // same products, same order of sums
+
+                    // The transposed store: S [M, N] with S[m, r] = C[r, m].
+                    const std::size_t lds = N + 2;
+                    std::vector<float> st(M * lds, sentinel);
+                    biaffine::detail::gemm_store_transposed(a.data(), static_cast<std::ptrdiff_t>(lda), N, K,
+                                                            packed.data(), M, st.data(),
+                                                            static_cast<std::ptrdiff_t>(lds));
+                    for (std::size_t m = 0; m < M; ++m) {
+                        for (std::size_t r = 0; r < N; ++r) REQUIRE(st[m * lds + r] == c[r * ldc + m]);
+                        for (std::size_t r = N; r < lds; ++r) REQUIRE(st[m * lds + r] == sentinel);
+                    }
                 }
             }
         }

@@ -271,3 +271,45 @@ TEST_CASE("pairwise_bilinear rejects mismatched shapes", "[pairwise_bilinear]")
     CHECK_THROWS_AS(biaffine::pairwise_bilinear_backward<double>(u, u, w, true, true, dy_bad, dw),
                     biaffine::shape_error);
 }
+
+TEST_CASE("bilinear_right_kernel equals a double-precision loop on every path", "[pairwise_bilinear]")
+{
+    using biaffine::detail::use_gemm_kernel;
+    // Which path each size takes (the kernel's only where it is built).
+    REQUIRE(!use_gemm_kernel(12, 1));  // row_dots
+    REQUIRE(!use_gemm_kernel(31, 1));  // Eigen's GEMM
+    REQUIRE(use_gemm_kernel(32, 1));
+    REQUIRE(use_gemm_kernel(13, 3));
+    std::mt19937 gen(5);
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    const std::size_t hv = 129;
+    for (std::size_t o : {std::size_t(1), std::size_t(3)}) {
+        for (std::size_t n : {std::size_t(5), std::size_t(13), std::size_t(31), std::size_t(32), std::size_t(33),
+                              std::size_t(60)}) {
+            INFO("labels " << o << " n " << n);
+            const std::size_t ldv = hv + 2, lds = n * o + 3;  // strides wider than the rows
+            std::vector<float> va(n * ldv), tr(n * o * hv);
+            for (float& x : va) x = d(gen);
+            for (float& x : tr) x = d(gen);
+            const float sentinel = -777.0f;
+            std::vector<float> s(n * lds, sentinel);
+            std::vector<float> packed(biaffine::detail::bilinear_right_packed_size<float>(hv, n));
+            const biaffine::const_row_map<float> vm(va.data(), static_cast<Eigen::Index>(n),
+                                                            static_cast<Eigen::Index>(hv),
+                                                            Eigen::OuterStride<>(static_cast<Eigen::Index>(ldv)));
+            biaffine::detail::bilinear_right_kernel<float>(
+                vm, tr.data(), o, biaffine::score_view<float>{s.data(), n, o, static_cast<std::ptrdiff_t>(lds)},
+                packed.data());
+            double worst = 0.0;
+            for (std::size_t m = 0; m < n; ++m) {
+                for (std::size_t r = 0; r < n * o; ++r) {
+                    double want = 0.0;
+                    for (std::size_t j = 0; j < hv; ++j) want += static_cast<double>(va[m * ldv + j]) * tr[r * hv + j];
+                    worst = std::max(worst, std::abs(s[m * lds + r] - want) / (1.0 + std::abs(want)));
+                }
+                for (std::size_t r = n * o; r < lds; ++r) REQUIRE(s[m * lds + r] == sentinel);
+            }
+            REQUIRE(worst < 1e-5);
+        }
+    }
+}

@@ -23,6 +23,7 @@
 #include <Eigen/Core>
 
 #include "biaffine/detail/checked.hpp"
+#include "biaffine/detail/gemm_kernel.hpp"
 #include "biaffine/detail/row_dots.hpp"
 #include "biaffine/errors.hpp"
 #include "biaffine/tensor.hpp"
@@ -91,6 +92,46 @@ void bilinear_right(const_row_map<T> va, const T* t_rows, std::size_t labels, sc
     }
     Eigen::Map<const row_matrix<T>> tr(t_rows, no, hv);
     s.map().noalias() = va * tr.transpose();
+}
+
+/// Where bilinear_right_kernel takes the GEMM kernel over Eigen's GEMM and
+/// row_dots: past the row_dots crossover, for several labels (n * o rows of
+/// Tr against n packed columns) or n >= 32 (with one label and fewer
+/// tokens, the 16-column panels over n are too often part empty).
+inline bool use_gemm_kernel(Eigen::Index n, std::size_t labels)
+{
+    return !use_row_dots(n, labels) && (labels > 1 || n >= 32);
+}
+
+/// Floats of `packed` that bilinear_right_kernel needs for splits of up to
+/// `n` tokens (0 where the kernel is not built).
+template <class T>
+std::size_t bilinear_right_packed_size(std::size_t hv, std::size_t n)
+{
+    return gemm_supported<T>() ? gemm_packed_size(hv, n) : 0;
+}
+
+/// bilinear_right through the GEMM kernel where it is built (float, AVX2 +
+/// FMA) and the split is past the row_dots crossover: S is stored as
+/// (Tr . Va^T)^T, so only Va^T is packed (into `packed`, at least
+/// bilinear_right_packed_size(hv, n) floats), not the n * o rows of Tr.
+/// Elsewhere the same as bilinear_right.
+template <class T>
+void bilinear_right_kernel(const_row_map<T> va, const T* t_rows, std::size_t labels, score_view<T> s, T* packed)
+{
+    const auto n = va.rows();
+    if constexpr (gemm_supported<T>()) {
+        if (n != 0 && use_gemm_kernel(n, labels)) {
+            const auto hv = static_cast<std::size_t>(va.cols());
+            const auto nn = static_cast<std::size_t>(n);
+            gemm_pack_b(va.data(), 1, va.outerStride(), hv, nn, packed);  // Va^T: (k, m) = Va[m, k]
+            gemm_store_transposed(t_rows, static_cast<std::ptrdiff_t>(hv), nn * labels, hv, packed, nn, s.data,
+                                  s.row_stride);
+            return;
+        }
+    }
+    (void)packed;
+    bilinear_right<T>(va, t_rows, labels, s);
 }
 
 /// Backward of bilinear_right for one split: `dVa = dS . Tr` and

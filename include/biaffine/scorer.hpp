@@ -324,7 +324,7 @@ public:
             // predict_stream also carves one split's scores (max_len^2 * o);
             // the kernel path a packed copy of one weight block.
             const std::uint64_t one = scratch_bytes<T>(detail::checked_product("batch cost", max_len, max_len, o));
-            const std::uint64_t packed = scratch_bytes<T>(packed_weight_elements());
+            const std::uint64_t packed = scratch_bytes<T>(packed_elements(max_len));
             c.scratch = detail::checked_add(
                 detail::checked_add(detail::checked_add(offsets, xp, "batch cost"),
                                     detail::checked_add(one, packed, "batch cost"), "batch cost"),
@@ -635,18 +635,21 @@ private:
         if (bias) o.col(static_cast<Eigen::Index>(h)).setOnes();
     }
 
-    // Elements of the packed weight block the GEMM kernel path of predict
-    // carves (one of Wh^T, Wd^T, or one label's slice of W' at a time); 0
-    // where that path is not built.
-    std::size_t packed_weight_elements() const noexcept
+    // Elements of the packed block the GEMM kernel path of predict carves
+    // for splits of up to max_len tokens: Wh^T or Wd^T, the last hv % 16
+    // columns of one label's block of W, or one split's Va^T, one at a time;
+    // 0 where that path is not built.
+    std::size_t packed_elements(std::size_t max_len) const noexcept
     {
         if (!detail::gemm_supported<T>()) return 0;
-        return std::max(detail::gemm_packed_size(cfg_.n_in, cfg_.hidden), detail::gemm_packed_size(hu(), hv()));
+        return std::max({detail::gemm_packed_size(cfg_.n_in, cfg_.hidden),
+                         detail::gemm_packed_size(hu(), hv() % detail::gemm_panel),
+                         detail::bilinear_right_packed_size<T>(hv(), max_len)});
     }
 
-    // The projections and T = U W' of predict through the GEMM kernel: X is
-    // read in place, the weights packed one block at a time into `packed`,
-    // and bias + relu applied before the one store.
+    // The projections and T = U W' of predict through the GEMM kernel: X and
+    // W are read in place, Wh^T and Wd^T packed in turn into `packed`, and
+    // bias + relu applied before the one store.
     void activations_kernel(const T* xp, std::size_t N, T* u, T* v, T* t, T* packed) const
     {
         if (N == 0) return;
@@ -666,10 +669,10 @@ private:
             }
         }
         const std::size_t hu_ = hu(), hv_ = hv();
-        for (std::size_t k = 0; k < o; ++k) {
-            detail::gemm_pack_b(w_.data() + k * hu_ * hv_, static_cast<std::ptrdiff_t>(hv_), 1, hu_, hv_, packed);
-            detail::gemm_bias_relu(u, static_cast<std::ptrdiff_t>(hu_), N, hu_, packed, hv_, nullptr, false, t + k * hv_,
-                                   static_cast<std::ptrdiff_t>(o * hv_));
+        for (std::size_t k = 0; k < o; ++k) {  // label k's [hu, hv] block of W, read in place
+            detail::gemm_rowmajor_b(u, static_cast<std::ptrdiff_t>(hu_), N, hu_, w_.data() + k * hu_ * hv_,
+                                    static_cast<std::ptrdiff_t>(hv_), hv_, packed, t + k * hv_,
+                                    static_cast<std::ptrdiff_t>(o * hv_));
         }
     }
 
@@ -723,7 +726,9 @@ private:
         scratch<T> u(elements("packed U", N, hu()));
         scratch<T> v(elements("packed V", N, hv()));
         scratch<T> t(detail::to_index_size(detail::checked_product("packed T", N, o, hv()), "packed T"));
-        scratch<T> packed(packed_weight_elements());
+        std::size_t max_n = 0;
+        for (std::size_t k = 0; k < count; ++k) max_n = std::max(max_n, off[k + 1] - off[k]);
+        scratch<T> packed(packed_elements(max_n));
         gather(X, off.data(), xp.data());
         if constexpr (detail::gemm_supported<T>()) {
             activations_kernel(xp.data(), N, u.data(), v.data(), t.data(), packed.data());
@@ -738,8 +743,8 @@ private:
         for (std::size_t k = 0; k < count; ++k) {
             const std::size_t n = off[k + 1] - off[k];
             score_view<T> s = dest(k, n);
-            detail::bilinear_right<T>(detail::cmap(v.data() + off[k] * hv(), n, hv()),
-                                      t.data() + off[k] * o * hv(), o, s);
+            detail::bilinear_right_kernel<T>(detail::cmap(v.data() + off[k] * hv(), n, hv()),
+                                             t.data() + off[k] * o * hv(), o, s, packed.data());
             done(k, s);
         }
     }

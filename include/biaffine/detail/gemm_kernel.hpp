@@ -58,11 +58,12 @@ void gemm_pack_b(const T* b, std::ptrdiff_t rs, std::ptrdiff_t cs, std::size_t K
 
 #if BIAFFINE_GEMM_KERNEL
 
-// C[0..R, 0..cols) = act(A[0..R, :] . P + bias) for one packed panel P [K, 16].
+// C[0..R, 0..cols) = act(A[0..R, :] . P + bias) for one panel P [K, 16]
+// (rows ldp apart); with `trans`, element (r, j) goes to c[j * ldc + r].
 // Always computes six rows (the missing ones repeat the last row and are not
 // stored): twelve named accumulators, so the compiler keeps them in registers.
-inline void gemm_block(int R, const float* a, std::ptrdiff_t lda, const float* p, std::size_t K, const float* bias,
-                       bool relu, float* c, std::ptrdiff_t ldc, std::size_t cols)
+inline void gemm_block(int R, const float* a, std::ptrdiff_t lda, const float* p, std::ptrdiff_t ldp, std::size_t K,
+                       const float* bias, bool relu, float* c, std::ptrdiff_t ldc, std::size_t cols, bool trans)
 {
     const float* a0 = a;
     const float* a1 = a + std::min(1, R - 1) * lda;
@@ -80,7 +81,7 @@ inline void gemm_block(int R, const float* a, std::ptrdiff_t lda, const float* p
     for (std::size_t k = 0; k < K; ++k) {
         const __m256 b0 = _mm256_loadu_ps(p);
         const __m256 b1 = _mm256_loadu_ps(p + 8);
-        p += gemm_panel;
+        p += ldp;
         __m256 x = _mm256_broadcast_ss(a0 + k);
         c00 = _mm256_fmadd_ps(x, b0, c00);
         c01 = _mm256_fmadd_ps(x, b1, c01);
@@ -116,6 +117,13 @@ inline void gemm_block(int R, const float* a, std::ptrdiff_t lda, const float* p
             y0 = _mm256_max_ps(y0, _mm256_setzero_ps());
             y1 = _mm256_max_ps(y1, _mm256_setzero_ps());
         }
+        if (trans) {  // a column of the destination: one scalar store per element
+            alignas(32) float tmp[gemm_panel];
+            _mm256_store_ps(tmp, y0);
+            _mm256_store_ps(tmp + 8, y1);
+            for (std::size_t j = 0; j < cols; ++j) c[static_cast<std::ptrdiff_t>(j) * ldc + r] = tmp[j];
+            continue;
+        }
         float* row = c + r * ldc;
         if (cols == gemm_panel) {
             _mm256_storeu_ps(row, y0);
@@ -129,6 +137,31 @@ inline void gemm_block(int R, const float* a, std::ptrdiff_t lda, const float* p
     }
 }
 
+// The loops of the entry points: panel j starts at `panel(j0)` with rows
+// `ldp(j0)` apart. Rows go in blocks that keep their part of A in L2 while
+// every panel of B (L1-sized for K <= 512) passes over them.
+template <class Panel, class Stride>
+void gemm_loops(const float* a, std::ptrdiff_t lda, std::size_t N, std::size_t K, std::size_t M, Panel&& panel,
+                Stride&& ldp, const float* bias, bool relu, float* c, std::ptrdiff_t ldc, bool trans = false)
+{
+    constexpr std::size_t row_block = 96;
+    for (std::size_t r0 = 0; r0 < N; r0 += row_block) {
+        const std::size_t rn = std::min(row_block, N - r0);
+        for (std::size_t j0 = 0; j0 < M; j0 += gemm_panel) {
+            const std::size_t cols = std::min(gemm_panel, M - j0);
+            const float* p = panel(j0);
+            const std::ptrdiff_t ld = ldp(j0);
+            const float* bj = bias != nullptr ? bias + j0 : nullptr;
+            for (std::size_t r = 0; r < rn; r += 6) {
+                const int R = static_cast<int>(std::min<std::size_t>(6, rn - r));
+                const std::ptrdiff_t row = static_cast<std::ptrdiff_t>(r0 + r);
+                const std::ptrdiff_t col = static_cast<std::ptrdiff_t>(j0);
+                float* cr = trans ? c + col * ldc + row : c + row * ldc + col;
+                gemm_block(R, a + row * lda, lda, p, ld, K, bj, relu, cr, ldc, cols, trans);
+            }
+        }
+    }
+}
 #endif
 
 /// C [N, M] (row stride ldc) = act(A [N, K] (row stride lda) . B + bias),
@@ -138,25 +171,46 @@ inline void gemm_bias_relu(const float* a, std::ptrdiff_t lda, std::size_t N, st
                            std::size_t M, const float* bias, bool relu, float* c, std::ptrdiff_t ldc)
 {
 #if BIAFFINE_GEMM_KERNEL
-    // Rows in blocks that keep their part of A in L2 while every panel of B
-    // (L1-sized for K <= 512) passes over them.
-    constexpr std::size_t row_block = 96;
-    for (std::size_t r0 = 0; r0 < N; r0 += row_block) {
-        const std::size_t rn = std::min(row_block, N - r0);
-        for (std::size_t j0 = 0; j0 < M; j0 += gemm_panel) {
-            const std::size_t cols = std::min(gemm_panel, M - j0);
-            const float* p = packed + j0 * K;
-            const float* bj = bias != nullptr ? bias + j0 : nullptr;
-            for (std::size_t r = 0; r < rn; r += 6) {
-                const int R = static_cast<int>(std::min<std::size_t>(6, rn - r));
-                const std::ptrdiff_t row = static_cast<std::ptrdiff_t>(r0 + r);
-                gemm_block(R, a + row * lda, lda, p, K, bj, relu, c + row * ldc + static_cast<std::ptrdiff_t>(j0), ldc,
-                          cols);
-            }
-        }
-    }
+    gemm_loops(
+        a, lda, N, K, M, [&](std::size_t j0) { return packed + j0 * K; },
+        [](std::size_t) { return static_cast<std::ptrdiff_t>(gemm_panel); }, bias, relu, c, ldc);
 #else
     (void)a, (void)lda, (void)N, (void)K, (void)packed, (void)M, (void)bias, (void)relu, (void)c, (void)ldc;
+#endif
+}
+
+/// Like gemm_bias_relu, no bias or relu, with B row-major [K, M] (row stride
+/// ldb) read in place: only its last M % 16 columns are packed, into `tail`
+/// (gemm_packed_size(K, M % 16) floats), so nothing is copied for the full
+/// panels.
+inline void gemm_rowmajor_b(const float* a, std::ptrdiff_t lda, std::size_t N, std::size_t K, const float* b,
+                            std::ptrdiff_t ldb, std::size_t M, float* tail, float* c, std::ptrdiff_t ldc)
+{
+#if BIAFFINE_GEMM_KERNEL
+    const std::size_t full = M / gemm_panel * gemm_panel;
+    if (full < M) gemm_pack_b(b + full, ldb, 1, K, M - full, tail);
+    gemm_loops(
+        a, lda, N, K, M, [&](std::size_t j0) { return j0 < full ? b + j0 : tail; },
+        [&](std::size_t j0) { return j0 < full ? ldb : static_cast<std::ptrdiff_t>(gemm_panel); }, nullptr, false, c,
+        ldc);
+#else
+    (void)a, (void)lda, (void)N, (void)K, (void)b, (void)ldb, (void)M, (void)tail, (void)c, (void)ldc;
+#endif
+}
+
+/// S [M, N] (row stride lds) = (A [N, K] . B)^T with B packed by
+/// gemm_pack_b: S[m, r] = sum_k A[r, k] B[k, m]. For the per-split scores
+/// S = Va . Tr^T, computed as (Tr . Va^T)^T so that only Va^T (n columns) is
+/// packed, never the n * o rows of Tr. Only where gemm_supported<float>().
+inline void gemm_store_transposed(const float* a, std::ptrdiff_t lda, std::size_t N, std::size_t K,
+                                  const float* packed, std::size_t M, float* s, std::ptrdiff_t lds)
+{
+#if BIAFFINE_GEMM_KERNEL
+    gemm_loops(
+        a, lda, N, K, M, [&](std::size_t j0) { return packed + j0 * K; },
+        [](std::size_t) { return static_cast<std::ptrdiff_t>(gemm_panel); }, nullptr, false, s, lds, true);
+#else
+    (void)a, (void)lda, (void)N, (void)K, (void)packed, (void)M, (void)s, (void)lds;
 #endif
 }
 
