@@ -279,11 +279,13 @@ TEST_CASE("bilinear_right_kernel equals a double-precision loop on every path", 
     REQUIRE(!use_gemm_kernel(12, 1));  // row_dots
     REQUIRE(!use_gemm_kernel(31, 1));  // Eigen's GEMM
     REQUIRE(use_gemm_kernel(32, 1));
-    REQUIRE(use_gemm_kernel(13, 3));
+    REQUIRE(!use_gemm_kernel(33, 1));  // 33 of 48 panel columns used
+    REQUIRE(use_gemm_kernel(13, 4));
+    REQUIRE(!use_gemm_kernel(33, 4));
     std::mt19937 gen(5);
     std::uniform_real_distribution<float> d(-1.0f, 1.0f);
     const std::size_t hv = 129;
-    for (std::size_t o : {std::size_t(1), std::size_t(3)}) {
+    for (std::size_t o : {std::size_t(1), std::size_t(4)}) {
         for (std::size_t n : {std::size_t(5), std::size_t(13), std::size_t(31), std::size_t(32), std::size_t(33),
                               std::size_t(60)}) {
             INFO("labels " << o << " n " << n);

@@ -94,13 +94,16 @@ void bilinear_right(const_row_map<T> va, const T* t_rows, std::size_t labels, sc
     s.map().noalias() = va * tr.transpose();
 }
 
-/// Where bilinear_right_kernel takes the GEMM kernel over Eigen's GEMM and
-/// row_dots: past the row_dots crossover, for several labels (n * o rows of
-/// Tr against n packed columns) or n >= 32 (with one label and fewer
-/// tokens, the 16-column panels over n are too often part empty).
+/// Where bilinear_right_kernel takes the GEMM kernel over Eigen's GEMM (and
+/// row_dots): the kernel's 16-column panels run over the split's n tokens,
+/// so it wins when they are mostly full. Measured on AVX2 (hv = 129): with
+/// 4+ labels when at least 70% full, with fewer from n = 32 and 80% full
+/// (n = 20, 24 and 25 lose by 10-35% with one label).
 inline bool use_gemm_kernel(Eigen::Index n, std::size_t labels)
 {
-    return !use_row_dots(n, labels) && (labels > 1 || n >= 32);
+    if (use_row_dots(n, labels)) return false;
+    const Eigen::Index cols = (n + 15) / 16 * 16;
+    return labels >= 4 ? 10 * n >= 7 * cols : n >= 32 && 5 * n >= 4 * cols;
 }
 
 /// Floats of `packed` that bilinear_right_kernel needs for splits of up to
