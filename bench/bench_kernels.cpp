@@ -201,19 +201,30 @@ void BM_pipeline_predict(benchmark::State& state)
 }
 
 // One split's S = Va . Tr^T (hv = 129, the bias column included): the
-// register-blocked row_dots (arg gemm = 0) against Eigen's packed GEMM (1).
-// Sets the crossover detail::use_row_dots of pairwise_bilinear.hpp.
+// register-blocked row_dots (arg gemm = 0) against Eigen's packed GEMM (1)
+// and the GEMM kernel's transposed store (2, where built). Sets the
+// crossovers detail::use_row_dots and detail::use_gemm_kernel of
+// pairwise_bilinear.hpp.
 void BM_bilinear_right(benchmark::State& state)
 {
     const auto n = static_cast<Eigen::Index>(state.range(0)), labels = static_cast<Eigen::Index>(state.range(1));
-    const bool gemm = state.range(2) != 0;
+    const auto path = state.range(2);
+    if (path == 2 && !biaffine::detail::gemm_supported<float>()) {
+        state.SkipWithError("GEMM kernel not built (needs AVX2 + FMA)");
+        return;
+    }
     const Eigen::Index hv = 129, m = n * labels;
     using rm = biaffine::row_matrix<float>;
     const rm va = rm::Random(n, hv), tr = rm::Random(m, hv);
     rm s(n, m);
+    std::vector<float> packed(biaffine::detail::gemm_packed_size(hv, static_cast<std::size_t>(n)));
     for (auto _ : state) {
-        if (gemm) {
+        if (path == 1) {
             s.noalias() = va * tr.transpose();
+        } else if (path == 2) {
+            biaffine::detail::gemm_pack_b(va.data(), 1, hv, hv, static_cast<std::size_t>(n), packed.data());
+            biaffine::detail::gemm_store_transposed(tr.data(), hv, static_cast<std::size_t>(m), hv, packed.data(),
+                                                    static_cast<std::size_t>(n), s.data(), m);
         } else {
             biaffine::detail::row_dots(va.data(), hv, n, tr.data(), hv, m, hv, s.data(), m);
         }
@@ -248,6 +259,37 @@ void BM_bilinear_right_backward(benchmark::State& state)
     set_flops(state, 4.0 * static_cast<double>(n * m * hv));
 }
 
+// A projection of the inference path, relu(X W^T + b) with X [2048, 256]
+// and W [128, 256]: Eigen's product then the bias + relu pass (arg kernel =
+// 0) against the GEMM kernel with W^T packed per call (1, where built).
+void BM_projection(benchmark::State& state)
+{
+    const bool kernel = state.range(0) != 0;
+    if (kernel && !biaffine::detail::gemm_supported<float>()) {
+        state.SkipWithError("GEMM kernel not built (needs AVX2 + FMA)");
+        return;
+    }
+    const Eigen::Index rows = 2048, n_in = 256, h = 128;
+    using rm = biaffine::row_matrix<float>;
+    const rm x = rm::Random(rows, n_in), w = rm::Random(h, n_in);
+    const Eigen::Matrix<float, 1, Eigen::Dynamic> b = Eigen::Matrix<float, 1, Eigen::Dynamic>::Random(h);
+    rm y(rows, h);
+    std::vector<float> packed(biaffine::detail::gemm_packed_size(n_in, h));
+    for (auto _ : state) {
+        if (kernel) {
+            biaffine::detail::gemm_pack_b(w.data(), 1, n_in, n_in, h, packed.data());
+            biaffine::detail::gemm_bias_relu(x.data(), n_in, rows, n_in, packed.data(), h, b.data(), true, y.data(),
+                                             h);
+        } else {
+            y.noalias() = x * w.transpose();
+            y = (y.rowwise() + b).cwiseMax(0.0f);
+        }
+        benchmark::DoNotOptimize(y.data());
+        benchmark::ClobberMemory();
+    }
+    set_flops(state, 2.0 * static_cast<double>(rows * n_in * h));
+}
+
 void by_length_and_labels(benchmark::internal::Benchmark* b)
 {
     for (int labels : {1, 50}) {
@@ -257,8 +299,9 @@ void by_length_and_labels(benchmark::internal::Benchmark* b)
 }
 
 BENCHMARK(BM_bilinear_right)
-    ->ArgsProduct({{4, 8, 16, 24, 32, 48, 64, 100}, {1, 50}, {0, 1}})
-    ->ArgNames({"n", "labels", "gemm"});
+    ->ArgsProduct({{4, 8, 16, 20, 24, 25, 32, 48, 50, 64, 100}, {1, 4, 50}, {0, 1, 2}})
+    ->ArgNames({"n", "labels", "path"});
+BENCHMARK(BM_projection)->Arg(0)->Arg(1)->ArgName("kernel");
 BENCHMARK(BM_bilinear_right_backward)
     ->ArgsProduct({{4, 8, 12, 16, 24, 32, 48, 100}, {1, 50}, {0, 1}})
     ->ArgNames({"n", "labels", "gemm"});

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -111,6 +112,35 @@ TEST_CASE("gemm_bias_relu equals a double-precision loop", "[gemm_kernel]")
                         for (std::size_t r = N; r < lds; ++r) REQUIRE(st[m * lds + r] == sentinel);
                     }
                 }
+            }
+        }
+    }
+}
+
+TEST_CASE("gemm_bias_relu keeps NaN through the relu, as std::max(y, 0) and Eigen's cwiseMax do", "[gemm_kernel]")
+{
+    if (!biaffine::detail::gemm_supported<float>()) {
+        WARN("gemm kernel not built here (needs AVX2 + FMA)");
+        REQUIRE(!biaffine::detail::gemm_supported<double>());
+        return;
+    }
+    // Found by fuzz_pipeline: a NaN token scored 0 on the kernel path and NaN
+    // on the Eigen path (maxps returns its second operand on NaN).
+    const std::size_t N = 7, K = 5, M = 17;
+    std::vector<float> a(N * K, 0.5f), b(K * M, -1.0f), bias(M, 0.0f);
+    a[3 * K + 2] = std::numeric_limits<float>::quiet_NaN();  // row 3
+    std::vector<float> packed(biaffine::detail::gemm_packed_size(K, M));
+    biaffine::detail::gemm_pack_b(b.data(), static_cast<std::ptrdiff_t>(M), 1, K, M, packed.data());
+    std::vector<float> c(N * M, 1.0f);
+    biaffine::detail::gemm_bias_relu(a.data(), static_cast<std::ptrdiff_t>(K), N, K, packed.data(), M, bias.data(),
+                                     true, c.data(), static_cast<std::ptrdiff_t>(M));
+    for (std::size_t r = 0; r < N; ++r) {
+        for (std::size_t m = 0; m < M; ++m) {
+            INFO("row " << r << " col " << m);
+            if (r == 3) {
+                REQUIRE(std::isnan(c[r * M + m]));
+            } else {
+                REQUIRE(c[r * M + m] == 0.0f);  // 5 * 0.5 * -1 clamped
             }
         }
     }

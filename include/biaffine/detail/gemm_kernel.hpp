@@ -113,9 +113,9 @@ inline void gemm_block(int R, const float* a, std::ptrdiff_t lda, const float* p
     for (int r = 0; r < R; ++r) {
         __m256 y0 = _mm256_add_ps(acc[r][0], bias0);
         __m256 y1 = _mm256_add_ps(acc[r][1], bias1);
-        if (relu) {
-            y0 = _mm256_max_ps(y0, _mm256_setzero_ps());
-            y1 = _mm256_max_ps(y1, _mm256_setzero_ps());
+        if (relu) {  // maxps returns its second operand on NaN: keep NaN, as std::max(y, 0) and Eigen do
+            y0 = _mm256_max_ps(_mm256_setzero_ps(), y0);
+            y1 = _mm256_max_ps(_mm256_setzero_ps(), y1);
         }
         if (trans) {  // a column of the destination: one scalar store per element
             alignas(32) float tmp[gemm_panel];
