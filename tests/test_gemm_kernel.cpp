@@ -1,7 +1,8 @@
 // Tests of biaffine/detail/gemm_kernel.hpp: the packed right side, the fused
 // GEMM + bias + relu against a double-precision loop (every row remainder of
 // the 6-row block, partial panels, strides, K down to 1), and the in-place
-// right side and the transposed store against it.
+// right side, the transposed store and the accumulating epilogue against it;
+// the relu backward row.
 #include <biaffine/detail/gemm_kernel.hpp>
 
 #include <catch2/catch.hpp>
@@ -142,6 +143,92 @@ TEST_CASE("gemm_bias_relu keeps NaN through the relu, as std::max(y, 0) and Eige
             } else {
                 REQUIRE(c[r * M + m] == 0.0f);  // 5 * 0.5 * -1 clamped
             }
+        }
+    }
+}
+
+TEST_CASE("gemm epilogue: accumulate adds to the destination, plain and transposed", "[gemm_kernel]")
+{
+    if (!biaffine::detail::gemm_supported<float>()) {
+        WARN("gemm kernel not built here (needs AVX2 + FMA)");
+        return;
+    }
+    std::mt19937 gen(23);
+    for (std::size_t N : {1u, 5u, 6u, 13u, 100u}) {
+        for (std::size_t K : {1u, 7u, 130u}) {
+            for (std::size_t M : {3u, 16u, 33u}) {
+                for (int variant = 0; variant < 4; ++variant) {
+                    const bool relu = (variant & 1) != 0;
+                    const bool trans = (variant & 2) != 0;
+                    INFO("N " << N << " K " << K << " M " << M << " relu " << relu << " trans " << trans);
+                    const std::size_t lda = K + 1;
+                    const std::vector<float> a = random_floats(N * lda, gen);
+                    const std::vector<float> b = random_floats(K * M, gen);  // row-major [K, M]
+                    const std::vector<float> bias = random_floats(M, gen);
+                    // Destination: [N, M] row stride ldc, or its transpose [M, N].
+                    const std::size_t rows = trans ? M : N, cols = trans ? N : M, ldc = cols + 3;
+                    const std::vector<float> before = random_floats(rows * ldc, gen);
+                    std::vector<float> c = before;
+                    biaffine::detail::gemm_epilogue ep;
+                    ep.bias = bias.data();
+                    ep.relu = relu;
+                    ep.accumulate = true;
+                    ep.trans = trans;
+                    // The in-place entry point (B row-major, tail packed).
+                    std::vector<float> tail(biaffine::detail::gemm_packed_size(K, M % 16));
+                    biaffine::detail::gemm_rowmajor_b(a.data(), static_cast<std::ptrdiff_t>(lda), N, K, b.data(),
+                                                      static_cast<std::ptrdiff_t>(M), M, tail.data(), c.data(),
+                                                      static_cast<std::ptrdiff_t>(ldc), ep);
+                    double worst = 0.0;
+                    for (std::size_t r = 0; r < N; ++r) {
+                        for (std::size_t m = 0; m < M; ++m) {
+                            const std::size_t at = trans ? m * ldc + r : r * ldc + m;
+                            double want = static_cast<double>(bias[m]) + before[at];
+                            for (std::size_t k = 0; k < K; ++k) {
+                                want += static_cast<double>(a[r * lda + k]) * b[k * M + m];
+                            }
+                            if (relu) want = std::max(want, 0.0);
+                            worst = std::max(worst, std::abs(c[at] - want) / (1.0 + std::abs(want)));
+                        }
+                    }
+                    REQUIRE(worst < 1e-5);
+                    for (std::size_t r = 0; r < rows; ++r) {
+                        for (std::size_t j = cols; j < ldc; ++j) REQUIRE(c[r * ldc + j] == before[r * ldc + j]);
+                    }
+                    // The packed entry point gives the same bits.
+                    std::vector<float> packed(biaffine::detail::gemm_packed_size(K, M));
+                    biaffine::detail::gemm_pack_b(b.data(), static_cast<std::ptrdiff_t>(M), 1, K, M, packed.data());
+                    std::vector<float> c2 = before;
+                    biaffine::detail::gemm_packed(a.data(), static_cast<std::ptrdiff_t>(lda), N, K, packed.data(), M,
+                                                  ep, c2.data(), static_cast<std::ptrdiff_t>(ldc));
+                    REQUIRE(c2 == c);
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("relu_backward_row: a select, with the bias gradient summed", "[gemm_kernel]")
+{
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    for (std::size_t h : {1u, 7u, 8u, 9u, 17u, 40u}) {
+        INFO("h " << h);
+        std::mt19937 gen(static_cast<unsigned>(h));
+        std::vector<float> a = random_floats(h, gen), d = random_floats(h, gen), db = random_floats(h, gen);
+        a[0] = 0.0f;  // a dead unit passes nothing, even a NaN or infinite gradient
+        d[0] = nan;
+        if (h > 3) {
+            a[2] = -1.0f;
+            d[2] = inf;
+            a[3] = nan;  // a NaN activation compares false: dead
+        }
+        const std::vector<float> d0 = d, db0 = db;
+        const float scale = 1.25f;
+        biaffine::detail::relu_backward_row(a.data(), h, scale, d.data(), db.data());
+        for (std::size_t j = 0; j < h; ++j) {
+            const float want = a[j] > 0.0f ? d0[j] * scale : 0.0f;
+            REQUIRE(d[j] == want);
+            REQUIRE(db[j] == db0[j] + want);
         }
     }
 }

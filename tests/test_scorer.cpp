@@ -333,3 +333,148 @@ TEST_CASE("with_splits pipelines match every pipeline* golden case", "[scorer][g
     }
     std::cout << "scorer golden: " << cs.size() << " pipeline cases checked (float64 and float32)\n";
 }
+
+namespace {
+
+template <class A>
+double max_abs(const A& a)
+{
+    double m = 0.0;
+    for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(static_cast<double>(a.data()[i])));
+    return m;
+}
+
+// Largest difference of a float result from the float64 computation of the
+// same parameters and inputs, relative to `scale` (the largest magnitude of
+// that quantity over the whole batch: a split whose softmax has one entry
+// has a zero gradient, which float only approximates).
+template <class A, class B>
+double rel_diff(const A& got, const B& want, double scale)
+{
+    REQUIRE(got.size() == want.size());
+    double worst = 0.0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        worst = std::max(worst, std::abs(static_cast<double>(got.data()[i]) - static_cast<double>(want.data()[i])));
+    }
+    return worst / std::max(scale, 1e-30);
+}
+
+// One train (or eval) forward + backward over `lengths` in precision T.
+template <class T>
+struct train_run {
+    score_list<T> Y;
+    std::vector<xt::xtensor<T, 2>> dX;
+    std::vector<xt::xtensor<T, 1>> grads;
+};
+
+template <class T>
+train_run<T> run_train(const scorer_config& cfg, const std::vector<xt::xarray<double>>& params,
+                       const xt::xtensor<double, 2>& doc, const std::vector<std::size_t>& lengths,
+                       const std::vector<xt::xtensor<double, 3>>& dy, mode m)
+{
+    biaffine_scorer<T> s(cfg);
+    const char* names[] = {"head_weight", "head_bias", "dependent_weight", "dependent_bias", "bilinear_weight"};
+    for (std::size_t i = 0; i < 5; ++i) s.set_parameter(names[i], params[i]);
+    const xt::xtensor<T, 2> x = xt::cast<T>(doc);
+    std::vector<seq_view<const T>> items;
+    std::size_t row = 0;
+    for (std::size_t n : lengths) {
+        items.push_back({x.data() + row * cfg.n_in, n, cfg.n_in, static_cast<std::ptrdiff_t>(cfg.n_in), 1});
+        row += n;
+    }
+    train_run<T> r;
+    auto [Y, bp] = s.forward(items, m);
+    std::vector<xt::xtensor<T, 3>> g;
+    std::vector<score_view<const T>> gv;
+    std::vector<seq_view<T>> dxv;
+    for (std::size_t k = 0; k < lengths.size(); ++k) {
+        g.push_back(xt::cast<T>(dy[k]));
+        r.dX.push_back(xt::xtensor<T, 2>(typename xt::xtensor<T, 2>::shape_type{lengths[k], cfg.n_in}, T(-7)));
+    }
+    for (std::size_t k = 0; k < lengths.size(); ++k) {
+        gv.push_back({g[k].data(), lengths[k], cfg.labels, static_cast<std::ptrdiff_t>(lengths[k] * cfg.labels)});
+        dxv.push_back({r.dX[k].data(), lengths[k], cfg.n_in, static_cast<std::ptrdiff_t>(cfg.n_in), 1});
+    }
+    bp(span<const score_view<const T>>(gv.data(), gv.size()), span<const seq_view<T>>(dxv.data(), dxv.size()));
+    r.Y = std::move(Y);
+    for (const auto& p : s.parameters()) {
+        xt::xtensor<T, 1> g1(typename xt::xtensor<T, 1>::shape_type{p.size});
+        std::copy(p.grad, p.grad + p.size, g1.begin());
+        r.grads.push_back(std::move(g1));
+    }
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("float32 forward + backward equals float64 on batches over the kernel's blocks and chunks; "
+          "recomputing in backward gives the stored-activation results exactly",
+          "[scorer][gradients]")
+{
+    // float32 takes the GEMM kernel where built (AVX2 + FMA), float64 always
+    // Eigen: an independent computation of the same math. The sizes cross
+    // the kernel's 16-column panels (h = 20, n_in = 40 leave partial ones),
+    // its 6-row blocks, the 96-row blocks and the 256-row chunks of dW
+    // (N = 611 rows), splits from 1 token to 100.
+    std::mt19937 gen(31);
+    const std::vector<std::size_t> lengths = {70, 1, 13, 33, 2, 64, 45, 9, 17, 50, 31, 70, 5, 40, 61, 100};
+    std::size_t N = 0;
+    for (std::size_t n : lengths) N += n;
+    for (std::size_t labels : {std::size_t(1), std::size_t(3)}) {
+        for (mode m : {mode::train, mode::eval}) {
+            for (double dropout : {0.0, 0.3}) {
+                scorer_config cfg;
+                cfg.n_in = 40;
+                cfg.hidden = 20;
+                cfg.labels = labels;
+                cfg.dropout = dropout;
+                INFO("labels " << labels << (m == mode::train ? " train" : " eval") << " dropout " << dropout
+                               << " N " << N);
+                std::normal_distribution<double> nd(0.0, 0.5);
+                auto rnd = [&](std::vector<std::size_t> shape) {
+                    xt::xarray<double> a = xt::zeros<double>(shape);
+                    for (auto& v : a) v = nd(gen);
+                    return a;
+                };
+                const std::vector<xt::xarray<double>> params = {
+                    rnd({cfg.hidden, cfg.n_in}), rnd({cfg.hidden}), rnd({cfg.hidden, cfg.n_in}), rnd({cfg.hidden}),
+                    rnd({labels, cfg.hidden + 1, cfg.hidden + 1})};
+                xt::xtensor<double, 2> doc = xt::zeros<double>({N, cfg.n_in});
+                for (auto& v : doc) v = nd(gen);
+                std::vector<xt::xtensor<double, 3>> dy;
+                for (std::size_t n : lengths) {
+                    xt::xtensor<double, 3> g = xt::zeros<double>({n, n, labels});
+                    for (auto& v : g) v = nd(gen);
+                    dy.push_back(std::move(g));
+                }
+                const auto f = run_train<float>(cfg, params, doc, lengths, dy, m);
+                const auto d = run_train<double>(cfg, params, doc, lengths, dy, m);
+                scorer_config rc = cfg;
+                rc.recompute_in_backward = true;
+                const auto fr = run_train<float>(rc, params, doc, lengths, dy, m);
+                const auto dr = run_train<double>(rc, params, doc, lengths, dy, m);
+                double y_scale = 0.0, dx_scale = 0.0;
+                for (std::size_t k = 0; k < lengths.size(); ++k) {
+                    y_scale = std::max(y_scale, max_abs(d.Y[k]));
+                    dx_scale = std::max(dx_scale, max_abs(d.dX[k]));
+                }
+                REQUIRE(dx_scale > 0.0);
+                for (std::size_t k = 0; k < lengths.size(); ++k) {
+                    INFO("split " << k);
+                    CHECK(rel_diff(f.Y[k], d.Y[k], y_scale) < 1e-5);
+                    CHECK(rel_diff(f.dX[k], d.dX[k], dx_scale) < 1e-5);
+                    CHECK(fr.Y[k] == f.Y[k]);
+                    CHECK(fr.dX[k] == f.dX[k]);
+                    CHECK(dr.Y[k] == d.Y[k]);
+                    CHECK(dr.dX[k] == d.dX[k]);
+                }
+                for (std::size_t i = 0; i < f.grads.size(); ++i) {
+                    INFO("parameter gradient " << i);
+                    CHECK(rel_diff(f.grads[i], d.grads[i], max_abs(d.grads[i])) < 1e-5);
+                    CHECK(fr.grads[i] == f.grads[i]);
+                    CHECK(dr.grads[i] == d.grads[i]);
+                }
+            }
+        }
+    }
+}

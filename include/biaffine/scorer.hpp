@@ -333,14 +333,21 @@ public:
         }
         // Train: the split views and offsets stay for backward, and unless
         // recomputing, U, V, T and the softmax outputs too. Backward carves
-        // dT, dV, dU, one split's dS and X (and when recomputing U, V, T and
-        // one split's scores again).
+        // dT, dV, dU, one split's dS, X and the kernel's packed block (and
+        // when recomputing U, V, T and one split's scores again). The forward
+        // carves X and a packed block no larger, plus U, V, T when
+        // recomputing: never more than backward.
         const std::uint64_t one = scratch_bytes<T>(detail::checked_product("batch cost", max_len, max_len, o));
         const std::uint64_t views =
             checked_mul(count, sizeof(seq_view<const T>) + sizeof(std::size_t), "batch cost");
         const std::uint64_t uvt = detail::checked_add(detail::checked_add(u, v, "batch cost"), t, "batch cost");
-        const std::uint64_t backward = detail::checked_add(detail::checked_add(uvt, one, "batch cost"),
-                                                           detail::checked_add(xp, offsets, "batch cost"), "batch cost");
+        // The kernel path's packed block (train_packed_elements) is the
+        // largest the forward carves too, so backward bounds both.
+        const std::uint64_t packed = scratch_bytes<T>(train_packed_elements(max_len));
+        const std::uint64_t backward = detail::checked_add(
+            detail::checked_add(detail::checked_add(uvt, one, "batch cost"),
+                                detail::checked_add(xp, offsets, "batch cost"), "batch cost"),
+            packed, "batch cost");
         if (cfg_.recompute_in_backward) {
             c.saved = views;
             c.scratch = detail::checked_add(backward, detail::checked_add(uvt, one, "batch cost"), "batch cost");
@@ -647,13 +654,31 @@ private:
                          detail::bilinear_right_packed_size<T>(hv(), max_len)});
     }
 
-    // The projections and T = U W' of predict through the GEMM kernel: X and
-    // W are read in place, Wh^T and Wd^T packed in turn into `packed`, and
-    // bias + relu applied before the one store.
-    void activations_kernel(const T* xp, std::size_t N, T* u, T* v, T* t, T* packed) const
+    // Elements of the packed block the kernel path of training carves: the
+    // forward's (packed_elements); for dU = dT W^T one label's W^T; for
+    // dW += Ua^T dT a chunk of Ua^T and the tail of dT's panels; for
+    // dWh^T += X^T dZ the tail of dZ's; for dX = dZ Wh Wh or Wd packed. 0
+    // where that path is not built.
+    std::size_t train_packed_elements(std::size_t max_len) const noexcept
+    {
+        if (!detail::gemm_supported<T>()) return 0;
+        using detail::gemm_packed_size;
+        const std::size_t h = cfg_.hidden, panel = detail::gemm_panel;
+        return std::max({packed_elements(max_len), gemm_packed_size(hv(), hu()),
+                         hu() * dw_chunk + gemm_packed_size(dw_chunk, hv() % panel),
+                         gemm_packed_size(dw_chunk, h % panel), gemm_packed_size(h, cfg_.n_in)});
+    }
+    // Rows of X^T dZ summed per kernel call: keeps a [96, dw_chunk] block of
+    // X^T in L2 and the dZ panel in L1.
+    static constexpr std::size_t dw_chunk = 256;
+
+    // The projections through the GEMM kernel: X is read in place, Wh^T and
+    // Wd^T packed in turn into `packed`, and bias + relu applied before the
+    // one store.
+    void projections_kernel(const T* xp, std::size_t N, T* u, T* v, T* packed) const
     {
         if (N == 0) return;
-        const std::size_t n_in = cfg_.n_in, h = cfg_.hidden, o = cfg_.labels;
+        const std::size_t n_in = cfg_.n_in, h = cfg_.hidden;
         const auto n_in_s = static_cast<std::ptrdiff_t>(n_in);
         for (int which = 0; which < 2; ++which) {
             const tensor<T, 2>& w = which == 0 ? wh_ : wd_;
@@ -668,7 +693,13 @@ private:
                 for (std::size_t r = 0; r < N; ++r) out[r * width + h] = T(1);
             }
         }
-        const std::size_t hu_ = hu(), hv_ = hv();
+    }
+
+    // T = U W' through the GEMM kernel: each label's [hu, hv] block of W is
+    // read in place (its last hv % 16 columns packed).
+    void bilinear_left_kernel(const T* u, std::size_t N, T* t, T* packed) const
+    {
+        const std::size_t hu_ = hu(), hv_ = hv(), o = cfg_.labels;
         for (std::size_t k = 0; k < o; ++k) {  // label k's [hu, hv] block of W, read in place
             detail::gemm_rowmajor_b(u, static_cast<std::ptrdiff_t>(hu_), N, hu_, w_.data() + k * hu_ * hv_,
                                     static_cast<std::ptrdiff_t>(hv_), hv_, packed, t + k * hv_,
@@ -696,19 +727,28 @@ private:
         }
     }
 
-    // U, V (after relu and dropout) and T for the packed rows of X.
+    // U, V (after relu and dropout) and T for the packed rows of X; `packed`
+    // holds packed_elements(max_len) (the kernel path's scratch).
     template <class Items>
     void forward_activations(const Items& X, const std::size_t* off, std::size_t N, bool drop, std::uint64_t seed,
-                             T* u, T* v, T* t) const
+                             T* u, T* v, T* t, T* packed) const
     {
         {
             scratch<T> xp(detail::to_index_size(detail::checked_mul(N, cfg_.n_in, "packed input"), "packed input"));
             gather(X, off, xp.data());
-            project(xp.data(), N, wh_, bh_, cfg_.bias_u, u);
-            project(xp.data(), N, wd_, bd_, cfg_.bias_v, v);
+            if constexpr (detail::gemm_supported<T>()) {
+                projections_kernel(xp.data(), N, u, v, packed);
+            } else {
+                project(xp.data(), N, wh_, bh_, cfg_.bias_u, u);
+                project(xp.data(), N, wd_, bd_, cfg_.bias_v, v);
+            }
         }
         if (drop) dropout(seed, u, v, off, X.size());
-        if (N != 0) {
+        if (N == 0) return;
+        if constexpr (detail::gemm_supported<T>()) {
+            bilinear_left_kernel(u, N, t, packed);
+        } else {
+            (void)packed;
             detail::bilinear_left<T>(detail::cmap(u, N, hu()), w_.data(), cfg_.labels, hv(),
                                      detail::mmap(t, N, cfg_.labels * hv()));
         }
@@ -731,7 +771,8 @@ private:
         scratch<T> packed(packed_elements(max_n));
         gather(X, off.data(), xp.data());
         if constexpr (detail::gemm_supported<T>()) {
-            activations_kernel(xp.data(), N, u.data(), v.data(), t.data(), packed.data());
+            projections_kernel(xp.data(), N, u.data(), v.data(), packed.data());
+            bilinear_left_kernel(u.data(), N, t.data(), packed.data());
         } else {
             project(xp.data(), N, wh_, bh_, cfg_.bias_u, u.data());
             project(xp.data(), N, wd_, bd_, cfg_.bias_v, v.data());
@@ -790,7 +831,10 @@ private:
         T* u = keep ? sb.u.data() : u_tmp.data();
         T* v = keep ? sb.v.data() : v_tmp.data();
         T* t = keep ? sb.t.data() : t_tmp.data();
-        forward_activations(X, sb.off.data(), N, sb.drop, sb.seed, u, v, t);
+        std::size_t max_n = 0;
+        for (std::size_t k = 0; k < count; ++k) max_n = std::max(max_n, sb.off[k + 1] - sb.off[k]);
+        scratch<T> packed(packed_elements(max_n));
+        forward_activations(X, sb.off.data(), N, sb.drop, sb.seed, u, v, t, packed.data());
         const bool keep_y = sb.train && keep;
         if (keep_y) {
             sb.y_off.resize(count + 1);
@@ -806,7 +850,8 @@ private:
         for (std::size_t k = 0; k < count; ++k) {
             const std::size_t n = sb.off[k + 1] - sb.off[k];
             score_view<T> s = dest(k, n);
-            detail::bilinear_right<T>(detail::cmap(v + sb.off[k] * hv(), n, hv()), t + sb.off[k] * o * hv(), o, s);
+            detail::bilinear_right_kernel<T>(detail::cmap(v + sb.off[k] * hv(), n, hv()), t + sb.off[k] * o * hv(), o,
+                                             s, packed.data());
             if (sb.train) detail::softmax_last_axis(s);
             if (keep_y) detail::mmap(sb.ys.data() + sb.y_off[k], n, n * o) = s.map();
         }
@@ -842,10 +887,14 @@ private:
         const std::size_t n_t = elements("packed T", N, o, hv()), n_s = elements("split scores", max_n, max_n, o);
         scratch<T> u_tmp(keep ? 0 : n_u), v_tmp(keep ? 0 : n_v), t_tmp(keep ? 0 : n_t);
         scratch<T> y_tmp(keep || !sb.train ? 0 : n_s);
+        scratch<T> packed(train_packed_elements(max_n));
         const T* u = keep ? sb.u.data() : u_tmp.data();
         const T* v = keep ? sb.v.data() : v_tmp.data();
         const T* t = keep ? sb.t.data() : t_tmp.data();
-        if (!keep) forward_activations(sb.views, off, N, sb.drop, sb.seed, u_tmp.data(), v_tmp.data(), t_tmp.data());
+        if (!keep) {
+            forward_activations(sb.views, off, N, sb.drop, sb.seed, u_tmp.data(), v_tmp.data(), t_tmp.data(),
+                                packed.data());
+        }
         scratch<T> dt(n_t);
         scratch<T> dv(n_v);
         scratch<T> du(n_u);
@@ -858,7 +907,8 @@ private:
                 score_view<const T> y{sb.ys.data() + (keep ? sb.y_off[k] : 0), n, o, static_cast<std::ptrdiff_t>(n * o)};
                 if (!keep) {
                     score_view<T> yt{y_tmp.data(), n, o, static_cast<std::ptrdiff_t>(n * o)};
-                    detail::bilinear_right<T>(detail::cmap(v + off[k] * hv(), n, hv()), t + off[k] * o * hv(), o, yt);
+                    detail::bilinear_right_kernel<T>(detail::cmap(v + off[k] * hv(), n, hv()), t + off[k] * o * hv(),
+                                                     o, yt, packed.data());
                     detail::softmax_last_axis(yt);
                     y = {yt.data, n, o, yt.row_stride};
                 }
@@ -871,38 +921,121 @@ private:
                                                dt.data() + off[k] * o * hv());
         }
         if (N == 0) return;
-        detail::bilinear_left_backward<T>(detail::cmap(u, N, hu()), w_.data(), o, hv(),
-                                          detail::cmap(dt.data(), N, o * hv()), detail::mmap(du.data(), N, hu()),
-                                          dw_.data());
+        if constexpr (detail::gemm_supported<T>()) {
+            bilinear_left_backward_kernel(u, N, dt.data(), du.data(), packed.data());
+        } else {
+            detail::bilinear_left_backward<T>(detail::cmap(u, N, hu()), w_.data(), o, hv(),
+                                              detail::cmap(dt.data(), N, o * hv()), detail::mmap(du.data(), N, hu()),
+                                              dw_.data());
+        }
         // Through relu and dropout: a unit passed gradient iff it came out
         // positive, scaled like the kept units.
         const T scale = sb.drop ? static_cast<T>(1.0 / (1.0 - cfg_.dropout)) : T(1);
-        auto dzu = detail::mmap(du.data(), N, hu()).leftCols(static_cast<Eigen::Index>(h));
-        auto dzv = detail::mmap(dv.data(), N, hv()).leftCols(static_cast<Eigen::Index>(h));
-        const auto uh = detail::cmap(u, N, hu()).leftCols(static_cast<Eigen::Index>(h));
-        const auto vh = detail::cmap(v, N, hv()).leftCols(static_cast<Eigen::Index>(h));
-        dzu = (uh.array() > T(0)).select(dzu * scale, T(0));
-        dzv = (vh.array() > T(0)).select(dzv * scale, T(0));
-        gather(sb.views, off, xp.data());
-        auto x = detail::cmap(xp.data(), N, n_in);
-        Eigen::Map<row_matrix<T>> dwh(dwh_.data(), static_cast<Eigen::Index>(h), static_cast<Eigen::Index>(n_in));
-        Eigen::Map<row_matrix<T>> dwd(dwd_.data(), static_cast<Eigen::Index>(h), static_cast<Eigen::Index>(n_in));
-        Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> dbh(dbh_.data(), static_cast<Eigen::Index>(h));
-        Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> dbd(dbd_.data(), static_cast<Eigen::Index>(h));
-        dwh.noalias() += dzu.transpose() * x;
-        dwd.noalias() += dzv.transpose() * x;
-        dbh += dzu.colwise().sum();
-        dbd += dzv.colwise().sum();
-        // dX = dZu Wh + dZv Wd, into the packed buffer X no longer needs.
-        Eigen::Map<const row_matrix<T>> wh(wh_.data(), static_cast<Eigen::Index>(h), static_cast<Eigen::Index>(n_in));
-        Eigen::Map<const row_matrix<T>> wd(wd_.data(), static_cast<Eigen::Index>(h), static_cast<Eigen::Index>(n_in));
-        auto dxp = detail::mmap(xp.data(), N, n_in);
-        dxp.noalias() = dzu * wh;
-        dxp.noalias() += dzv * wd;
+        relu_backward(u, hu(), N, scale, du.data(), dbh_.data());
+        relu_backward(v, hv(), N, scale, dv.data(), dbd_.data());
+        if constexpr (detail::gemm_supported<T>()) {
+            input_backward_kernel(sb.views, off, N, du.data(), dv.data(), xp.data(), packed.data());
+        } else {
+            gather(sb.views, off, xp.data());
+            auto x = detail::cmap(xp.data(), N, n_in);
+            const auto dzu = detail::cmap(du.data(), N, hu()).leftCols(static_cast<Eigen::Index>(h));
+            const auto dzv = detail::cmap(dv.data(), N, hv()).leftCols(static_cast<Eigen::Index>(h));
+            Eigen::Map<row_matrix<T>> dwh(dwh_.data(), static_cast<Eigen::Index>(h), static_cast<Eigen::Index>(n_in));
+            Eigen::Map<row_matrix<T>> dwd(dwd_.data(), static_cast<Eigen::Index>(h), static_cast<Eigen::Index>(n_in));
+            dwh.noalias() += dzu.transpose() * x;
+            dwd.noalias() += dzv.transpose() * x;
+            // dX = dZu Wh + dZv Wd, into the packed buffer X no longer needs.
+            Eigen::Map<const row_matrix<T>> wh(wh_.data(), static_cast<Eigen::Index>(h),
+                                               static_cast<Eigen::Index>(n_in));
+            Eigen::Map<const row_matrix<T>> wd(wd_.data(), static_cast<Eigen::Index>(h),
+                                               static_cast<Eigen::Index>(n_in));
+            auto dxp = detail::mmap(xp.data(), N, n_in);
+            dxp.noalias() = dzu * wh;
+            dxp.noalias() += dzv * wd;
+        }
+        const auto dxp = detail::cmap(xp.data(), N, n_in);
         for (std::size_t k = 0; k < count; ++k) {
             const std::size_t n = sb.views[k].rows;
             if (n == 0) continue;
             dX[k].map() = dxp.middleRows(static_cast<Eigen::Index>(off[k]), static_cast<Eigen::Index>(n));
+        }
+    }
+
+    // dZ = dA where the unit came out positive (scaled like the kept units
+    // under dropout), else 0, in place over the first h of each row of
+    // `d` ([N, width], like `a`); db += the column sums of dZ.
+    void relu_backward(const T* a, std::size_t width, std::size_t N, T scale, T* d, T* db) const
+    {
+        for (std::size_t r = 0; r < N; ++r) {
+            detail::relu_backward_row(a + r * width, cfg_.hidden, scale, d + r * width, db);
+        }
+    }
+
+    // bilinear_left_backward through the GEMM kernel: dU = sum_k dT_k W_k^T
+    // with each label's W_k^T packed, then dW_k += Ua^T dT_k over chunks of
+    // dw_chunk rows, each chunk of Ua transposed into `packed` and dT read
+    // in place.
+    void bilinear_left_backward_kernel(const T* u, std::size_t N, const T* dt, T* du, T* packed)
+    {
+        const std::size_t hu_ = hu(), hv_ = hv(), o = cfg_.labels;
+        const auto ldt = static_cast<std::ptrdiff_t>(o * hv_);
+        const auto hu_s = static_cast<std::ptrdiff_t>(hu_), hv_s = static_cast<std::ptrdiff_t>(hv_);
+        detail::gemm_epilogue add;
+        add.accumulate = true;
+        for (std::size_t k = 0; k < o; ++k) {
+            detail::gemm_pack_b(w_.data() + k * hu_ * hv_, 1, hv_s, hv_, hu_, packed);  // (j, i) = W_k[i, j]
+            detail::gemm_packed(dt + k * hv_, ldt, N, hv_, packed, hu_, k == 0 ? detail::gemm_epilogue{} : add, du,
+                                hu_s);
+        }
+        T* tail = packed + hu_ * dw_chunk;
+        for (std::size_t k0 = 0; k0 < N; k0 += dw_chunk) {
+            const std::size_t kc = std::min(dw_chunk, N - k0);
+            detail::mmap(packed, hu_, kc) = detail::cmap(u + k0 * hu_, kc, hu_).transpose();
+            for (std::size_t k = 0; k < o; ++k) {
+                detail::gemm_rowmajor_b(packed, static_cast<std::ptrdiff_t>(kc), hu_, kc, dt + k0 * o * hv_ + k * hv_,
+                                        ldt, hv_, tail, dw_.data() + k * hu_ * hv_, hv_s, add);
+            }
+        }
+    }
+
+    // The projections' backward through the GEMM kernel, for dZu, dZv (past
+    // relu and dropout, rows hu and hv apart): dWh^T += X^T dZu and dWd^T +=
+    // X^T dZv in chunks of dw_chunk rows (X gathered transposed into `xp`,
+    // [n_in, N], so both sides are read in place), then dX = dZu Wh + dZv Wd
+    // into `xp` ([N, n_in]) with Wh, Wd packed in turn.
+    template <class Items>
+    void input_backward_kernel(const Items& X, const std::size_t* off, std::size_t N, const T* du, const T* dv, T* xp,
+                               T* packed)
+    {
+        const std::size_t h = cfg_.hidden, n_in = cfg_.n_in;
+        auto xt = detail::mmap(xp, n_in, N);
+        for (std::size_t k = 0; k < X.size(); ++k) {
+            const auto v = detail::to_const_view(X[k]);
+            if (v.rows == 0) continue;
+            xt.middleCols(static_cast<Eigen::Index>(off[k]), static_cast<Eigen::Index>(v.rows)) = v.map().transpose();
+        }
+        detail::gemm_epilogue sum_t;  // into dW [h, n_in], stored as its transpose
+        sum_t.accumulate = true;
+        sum_t.trans = true;
+        const auto N_s = static_cast<std::ptrdiff_t>(N), n_in_s = static_cast<std::ptrdiff_t>(n_in);
+        for (int which = 0; which < 2; ++which) {
+            const T* dz = which == 0 ? du : dv;
+            const std::size_t width = which == 0 ? hu() : hv();
+            T* dw = which == 0 ? dwh_.data() : dwd_.data();
+            for (std::size_t k0 = 0; k0 < N; k0 += dw_chunk) {
+                const std::size_t kc = std::min(dw_chunk, N - k0);
+                detail::gemm_rowmajor_b(xp + k0, N_s, n_in, kc, dz + k0 * width, static_cast<std::ptrdiff_t>(width), h,
+                                        packed, dw, n_in_s, sum_t);
+            }
+        }
+        detail::gemm_epilogue add;
+        add.accumulate = true;
+        for (int which = 0; which < 2; ++which) {
+            const T* dz = which == 0 ? du : dv;
+            const std::size_t width = which == 0 ? hu() : hv();
+            detail::gemm_pack_b((which == 0 ? wh_ : wd_).data(), n_in_s, 1, h, n_in, packed);  // W [h, n_in]
+            detail::gemm_packed(dz, static_cast<std::ptrdiff_t>(width), N, h, packed, n_in,
+                                which == 0 ? detail::gemm_epilogue{} : add, xp, n_in_s);
         }
     }
 

@@ -56,14 +56,25 @@ void gemm_pack_b(const T* b, std::ptrdiff_t rs, std::ptrdiff_t cs, std::size_t K
     }
 }
 
+/// What happens between the accumulators and the store: C = act(acc + bias
+/// [+ C]); `accumulate` adds the destination's old value (a product split
+/// over several calls, or a gradient summed into); `trans` stores element
+/// (r, j) at c[j * ldc + r].
+struct gemm_epilogue {
+    const float* bias = nullptr;
+    bool relu = false;
+    bool accumulate = false;
+    bool trans = false;
+};
+
 #if BIAFFINE_GEMM_KERNEL
 
-// C[0..R, 0..cols) = act(A[0..R, :] . P + bias) for one panel P [K, 16]
-// (rows ldp apart); with `trans`, element (r, j) goes to c[j * ldc + r].
-// Always computes six rows (the missing ones repeat the last row and are not
-// stored): twelve named accumulators, so the compiler keeps them in registers.
+// C[0..R, 0..cols) = epilogue(A[0..R, :] . P) for one panel P [K, 16] (rows
+// ldp apart). Always computes six rows (the missing ones repeat the last row
+// and are not stored): twelve named accumulators, so the compiler keeps them
+// in registers.
 inline void gemm_block(int R, const float* a, std::ptrdiff_t lda, const float* p, std::ptrdiff_t ldp, std::size_t K,
-                       const float* bias, bool relu, float* c, std::ptrdiff_t ldc, std::size_t cols, bool trans)
+                       const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc, std::size_t cols)
 {
     const float* a0 = a;
     const float* a1 = a + std::min(1, R - 1) * lda;
@@ -102,37 +113,43 @@ inline void gemm_block(int R, const float* a, std::ptrdiff_t lda, const float* p
         c51 = _mm256_fmadd_ps(x, b1, c51);
     }
     alignas(32) float tail_bias[gemm_panel] = {};
-    const float* bb = bias;
-    if (bias != nullptr && cols < gemm_panel) {
-        std::copy(bias, bias + cols, tail_bias);
+    const float* bb = ep.bias;
+    if (bb != nullptr && cols < gemm_panel) {
+        std::copy(bb, bb + cols, tail_bias);
         bb = tail_bias;
     }
     const __m256 bias0 = bb != nullptr ? _mm256_loadu_ps(bb) : _mm256_setzero_ps();
     const __m256 bias1 = bb != nullptr ? _mm256_loadu_ps(bb + 8) : _mm256_setzero_ps();
     const __m256 acc[6][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+    // Element j of row r of the destination (a column of it with `trans`).
+    const std::ptrdiff_t col_step = ep.trans ? ldc : 1, row_step = ep.trans ? 1 : ldc;
+    const bool vector_store = !ep.trans && cols == gemm_panel;
     for (int r = 0; r < R; ++r) {
         __m256 y0 = _mm256_add_ps(acc[r][0], bias0);
         __m256 y1 = _mm256_add_ps(acc[r][1], bias1);
-        if (relu) {  // maxps returns its second operand on NaN: keep NaN, as std::max(y, 0) and Eigen do
+        float* row = c + r * row_step;
+        alignas(32) float tmp[gemm_panel] = {};
+        if (ep.accumulate) {
+            if (vector_store) {
+                y0 = _mm256_add_ps(y0, _mm256_loadu_ps(row));
+                y1 = _mm256_add_ps(y1, _mm256_loadu_ps(row + 8));
+            } else {
+                for (std::size_t j = 0; j < cols; ++j) tmp[j] = row[static_cast<std::ptrdiff_t>(j) * col_step];
+                y0 = _mm256_add_ps(y0, _mm256_load_ps(tmp));
+                y1 = _mm256_add_ps(y1, _mm256_load_ps(tmp + 8));
+            }
+        }
+        if (ep.relu) {  // maxps returns its second operand on NaN: keep NaN, as std::max(y, 0) and Eigen do
             y0 = _mm256_max_ps(_mm256_setzero_ps(), y0);
             y1 = _mm256_max_ps(_mm256_setzero_ps(), y1);
         }
-        if (trans) {  // a column of the destination: one scalar store per element
-            alignas(32) float tmp[gemm_panel];
-            _mm256_store_ps(tmp, y0);
-            _mm256_store_ps(tmp + 8, y1);
-            for (std::size_t j = 0; j < cols; ++j) c[static_cast<std::ptrdiff_t>(j) * ldc + r] = tmp[j];
-            continue;
-        }
-        float* row = c + r * ldc;
-        if (cols == gemm_panel) {
+        if (vector_store) {
             _mm256_storeu_ps(row, y0);
             _mm256_storeu_ps(row + 8, y1);
-        } else {
-            alignas(32) float tmp[gemm_panel];
+        } else {  // a partial panel, or a column of the destination: one scalar store per element
             _mm256_store_ps(tmp, y0);
             _mm256_store_ps(tmp + 8, y1);
-            std::copy(tmp, tmp + cols, row);
+            for (std::size_t j = 0; j < cols; ++j) row[static_cast<std::ptrdiff_t>(j) * col_step] = tmp[j];
         }
     }
 }
@@ -142,8 +159,9 @@ inline void gemm_block(int R, const float* a, std::ptrdiff_t lda, const float* p
 // every panel of B (L1-sized for K <= 512) passes over them.
 template <class Panel, class Stride>
 void gemm_loops(const float* a, std::ptrdiff_t lda, std::size_t N, std::size_t K, std::size_t M, Panel&& panel,
-                Stride&& ldp, const float* bias, bool relu, float* c, std::ptrdiff_t ldc, bool trans = false)
+                Stride&& ldp, gemm_epilogue ep, float* c, std::ptrdiff_t ldc)
 {
+    const float* bias = ep.bias;
     constexpr std::size_t row_block = 96;
     for (std::size_t r0 = 0; r0 < N; r0 += row_block) {
         const std::size_t rn = std::min(row_block, N - r0);
@@ -151,50 +169,61 @@ void gemm_loops(const float* a, std::ptrdiff_t lda, std::size_t N, std::size_t K
             const std::size_t cols = std::min(gemm_panel, M - j0);
             const float* p = panel(j0);
             const std::ptrdiff_t ld = ldp(j0);
-            const float* bj = bias != nullptr ? bias + j0 : nullptr;
+            ep.bias = bias != nullptr ? bias + j0 : nullptr;
             for (std::size_t r = 0; r < rn; r += 6) {
                 const int R = static_cast<int>(std::min<std::size_t>(6, rn - r));
                 const std::ptrdiff_t row = static_cast<std::ptrdiff_t>(r0 + r);
                 const std::ptrdiff_t col = static_cast<std::ptrdiff_t>(j0);
-                float* cr = trans ? c + col * ldc + row : c + row * ldc + col;
-                gemm_block(R, a + row * lda, lda, p, ld, K, bj, relu, cr, ldc, cols, trans);
+                float* cr = ep.trans ? c + col * ldc + row : c + row * ldc + col;
+                gemm_block(R, a + row * lda, lda, p, ld, K, ep, cr, ldc, cols);
             }
         }
     }
 }
 #endif
 
-/// C [N, M] (row stride ldc) = act(A [N, K] (row stride lda) . B + bias),
-/// act = relu or identity, B packed by gemm_pack_b; `bias` [M] or null.
-/// Only where gemm_supported<float>().
-inline void gemm_bias_relu(const float* a, std::ptrdiff_t lda, std::size_t N, std::size_t K, const float* packed,
-                           std::size_t M, const float* bias, bool relu, float* c, std::ptrdiff_t ldc)
+/// C [N, M] (row stride ldc) = epilogue(A [N, K] (row stride lda) . B),
+/// with B packed by gemm_pack_b: act(A B + bias [+ C]), act = relu or
+/// identity, `bias` [M] or null (see gemm_epilogue). Only where
+/// gemm_supported<float>().
+inline void gemm_packed(const float* a, std::ptrdiff_t lda, std::size_t N, std::size_t K, const float* packed,
+                        std::size_t M, const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc)
 {
 #if BIAFFINE_GEMM_KERNEL
     gemm_loops(
         a, lda, N, K, M, [&](std::size_t j0) { return packed + j0 * K; },
-        [](std::size_t) { return static_cast<std::ptrdiff_t>(gemm_panel); }, bias, relu, c, ldc);
+        [](std::size_t) { return static_cast<std::ptrdiff_t>(gemm_panel); }, ep, c, ldc);
 #else
-    (void)a, (void)lda, (void)N, (void)K, (void)packed, (void)M, (void)bias, (void)relu, (void)c, (void)ldc;
+    (void)a, (void)lda, (void)N, (void)K, (void)packed, (void)M, (void)ep, (void)c, (void)ldc;
 #endif
 }
 
-/// Like gemm_bias_relu, no bias or relu, with B row-major [K, M] (row stride
-/// ldb) read in place: only its last M % 16 columns are packed, into `tail`
+/// C = relu(A B + bias) (or without relu), B packed: the projections.
+inline void gemm_bias_relu(const float* a, std::ptrdiff_t lda, std::size_t N, std::size_t K, const float* packed,
+                           std::size_t M, const float* bias, bool relu, float* c, std::ptrdiff_t ldc)
+{
+    gemm_epilogue ep;
+    ep.bias = bias;
+    ep.relu = relu;
+    gemm_packed(a, lda, N, K, packed, M, ep, c, ldc);
+}
+
+/// Like gemm_packed, with B row-major [K, M] (row stride ldb) read in place:
+/// only its last M % 16 columns are packed, into `tail`
 /// (gemm_packed_size(K, M % 16) floats), so nothing is copied for the full
 /// panels.
 inline void gemm_rowmajor_b(const float* a, std::ptrdiff_t lda, std::size_t N, std::size_t K, const float* b,
-                            std::ptrdiff_t ldb, std::size_t M, float* tail, float* c, std::ptrdiff_t ldc)
+                            std::ptrdiff_t ldb, std::size_t M, float* tail, float* c, std::ptrdiff_t ldc,
+                            const gemm_epilogue& ep = {})
 {
 #if BIAFFINE_GEMM_KERNEL
     const std::size_t full = M / gemm_panel * gemm_panel;
     if (full < M) gemm_pack_b(b + full, ldb, 1, K, M - full, tail);
     gemm_loops(
         a, lda, N, K, M, [&](std::size_t j0) { return j0 < full ? b + j0 : tail; },
-        [&](std::size_t j0) { return j0 < full ? ldb : static_cast<std::ptrdiff_t>(gemm_panel); }, nullptr, false, c,
-        ldc);
+        [&](std::size_t j0) { return j0 < full ? ldb : static_cast<std::ptrdiff_t>(gemm_panel); }, ep, c, ldc);
 #else
-    (void)a, (void)lda, (void)N, (void)K, (void)b, (void)ldb, (void)M, (void)tail, (void)c, (void)ldc;
+    (void)a, (void)lda, (void)N, (void)K, (void)b, (void)ldb, (void)M, (void)tail, (void)c, (void)ldc, (void)ep;
 #endif
 }
 
@@ -205,13 +234,35 @@ inline void gemm_rowmajor_b(const float* a, std::ptrdiff_t lda, std::size_t N, s
 inline void gemm_store_transposed(const float* a, std::ptrdiff_t lda, std::size_t N, std::size_t K,
                                   const float* packed, std::size_t M, float* s, std::ptrdiff_t lds)
 {
+    gemm_epilogue ep;
+    ep.trans = true;
+    gemm_packed(a, lda, N, K, packed, M, ep, s, lds);
+}
+
+/// The relu's backward over one row, in place: d[j] = a[j] > 0 ? d[j] * scale
+/// : 0 (a select: a NaN or infinite d of a dead unit gives 0, as in Eigen and
+/// the reference), and db[j] += the result. A kernel for float: the compiler
+/// will not if-convert the select by itself.
+template <class T>
+void relu_backward_row(const T* a, std::size_t h, T scale, T* d, T* db)
+{
+    std::size_t j = 0;
 #if BIAFFINE_GEMM_KERNEL
-    gemm_loops(
-        a, lda, N, K, M, [&](std::size_t j0) { return packed + j0 * K; },
-        [](std::size_t) { return static_cast<std::ptrdiff_t>(gemm_panel); }, nullptr, false, s, lds, true);
-#else
-    (void)a, (void)lda, (void)N, (void)K, (void)packed, (void)M, (void)s, (void)lds;
+    if constexpr (std::is_same<T, float>::value) {
+        const __m256 s = _mm256_set1_ps(scale), zero = _mm256_setzero_ps();
+        for (; j + 8 <= h; j += 8) {
+            const __m256 keep = _mm256_cmp_ps(_mm256_loadu_ps(a + j), zero, _CMP_GT_OQ);
+            const __m256 g = _mm256_and_ps(keep, _mm256_mul_ps(_mm256_loadu_ps(d + j), s));
+            _mm256_storeu_ps(d + j, g);
+            _mm256_storeu_ps(db + j, _mm256_add_ps(_mm256_loadu_ps(db + j), g));
+        }
+    }
 #endif
+    for (; j < h; ++j) {
+        const T g = a[j] > T(0) ? d[j] * scale : T(0);
+        d[j] = g;
+        db[j] += g;
+    }
 }
 
 }  // namespace detail
