@@ -299,7 +299,7 @@ void by_length_and_labels(benchmark::internal::Benchmark* b)
 }
 
 BENCHMARK(BM_bilinear_right)
-    ->ArgsProduct({{4, 8, 16, 20, 24, 25, 32, 48, 50, 64, 100}, {1, 4, 50}, {0, 1, 2}})
+    ->ArgsProduct({{4, 8, 16, 17, 18, 20, 24, 25, 32, 48, 50, 64, 100}, {1, 4, 50}, {0, 1, 2}})
     ->ArgNames({"n", "labels", "path"});
 BENCHMARK(BM_projection)->Arg(0)->Arg(1)->ArgName("kernel");
 BENCHMARK(BM_bilinear_right_backward)
