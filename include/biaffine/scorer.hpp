@@ -699,6 +699,7 @@ private:
     // read in place (its last hv % 16 columns packed).
     void bilinear_left_kernel(const T* u, std::size_t N, T* t, T* packed) const
     {
+        if (N == 0) return;  // t may be null then: no offsets into it
         const std::size_t hu_ = hu(), hv_ = hv(), o = cfg_.labels;
         for (std::size_t k = 0; k < o; ++k) {  // label k's [hu, hv] block of W, read in place
             detail::gemm_rowmajor_b(u, static_cast<std::ptrdiff_t>(hu_), N, hu_, w_.data() + k * hu_ * hv_,
