@@ -653,7 +653,7 @@ private:
     {
         biaffine::score_list<T> Y;
         for (size_t k = 0; k < X.size(); ++k) {
-            const biaffine::seq_view<const T> x = biaffine::detail::to_const_view(X[k]);
+            const biaffine::seq_view<const T> x = biaffine::detail::read_only(X[k]);
             if (x.cols != n_in_) {
                 throw biaffine::shape_error(biaffine::detail::msg("recording_layer: item ", k, " has width ", x.cols));
             }
@@ -687,7 +687,7 @@ public:
     {
         ++n_calls;
         biaffine::score_list<T> Y;
-        for (size_t k = 0; k < X.size(); ++k) Y.push_back(score(biaffine::detail::to_const_view(X[k])));
+        for (size_t k = 0; k < X.size(); ++k) Y.push_back(score(biaffine::detail::read_only(X[k])));
         return Y;
     }
 
@@ -696,7 +696,7 @@ public:
     {
         ++n_calls;
         for (size_t k = 0; k < X.size(); ++k) {
-            const biaffine::score_tensor<T> y = score(biaffine::detail::to_const_view(X[k]));
+            const biaffine::score_tensor<T> y = score(biaffine::detail::read_only(X[k]));
             sink(k, biaffine::as_score_view(y));
         }
     }
@@ -708,7 +708,7 @@ public:
         std::vector<biaffine::seq_view<const T>> views;
         biaffine::score_list<T> Y;
         for (size_t k = 0; k < X.size(); ++k) {
-            views.push_back(biaffine::detail::to_const_view(X[k]));
+            views.push_back(biaffine::detail::read_only(X[k]));
             Y.push_back(score(views.back()));
         }
         backprop_type bp([this, views](biaffine::span<const biaffine::score_view<const T>> dY,

@@ -6,6 +6,7 @@
 // elapsed time. Cheap (a lock and a clock read), so it can stay in code.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>

@@ -159,19 +159,6 @@ void bilinear_right_backward(const_row_map<T> va, const T* t_rows, std::size_t l
     dtr.noalias() = dsm.transpose() * va;
 }
 
-template <class T>
-const_row_map<T> cmap(const T* p, std::size_t rows, std::size_t cols)
-{
-    return const_row_map<T>(p, static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols),
-                            Eigen::OuterStride<>(static_cast<Eigen::Index>(cols)));
-}
-template <class T>
-row_map<T> mmap(T* p, std::size_t rows, std::size_t cols)
-{
-    return row_map<T>(p, static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols),
-                      Eigen::OuterStride<>(static_cast<Eigen::Index>(cols)));
-}
-
 // Copies u [L, h] into ua [L, h + bias] with a trailing column of ones.
 template <class T>
 void augment(const T* u, std::size_t rows, std::size_t h, bool bias, T* ua)
@@ -225,8 +212,8 @@ tensor<T, 4> pairwise_bilinear(const tensor<T, 3>& u, const tensor<T, 3>& v, con
     for (std::size_t s = 0; s < b; ++s) {
         detail::augment(u.data() + s * L * h, L, h, bias_u, ua.data());
         detail::augment(v.data() + s * L * h, L, h, bias_v, va.data());
-        detail::bilinear_left<T>(detail::cmap(ua.data(), L, hu), w.data(), o, hv, detail::mmap(t.data(), L, o * hv));
-        detail::bilinear_right<T>(detail::cmap(va.data(), L, hv), t.data(), o,
+        detail::bilinear_left<T>(detail::const_row_block(ua.data(), L, hu), w.data(), o, hv, detail::row_block(t.data(), L, o * hv));
+        detail::bilinear_right<T>(detail::const_row_block(va.data(), L, hv), t.data(), o,
                                   score_view<T>{y.data() + s * L * L * o, L, o, static_cast<std::ptrdiff_t>(L * o)});
     }
     return y;
@@ -259,13 +246,13 @@ std::pair<tensor<T, 3>, tensor<T, 3>> pairwise_bilinear_backward(const tensor<T,
     for (std::size_t s = 0; s < b; ++s) {
         detail::augment(u.data() + s * L * h, L, h, bias_u, ua.data());
         detail::augment(v.data() + s * L * h, L, h, bias_v, va.data());
-        detail::bilinear_left<T>(detail::cmap(ua.data(), L, hu), w.data(), o, hv, detail::mmap(t.data(), L, o * hv));
+        detail::bilinear_left<T>(detail::const_row_block(ua.data(), L, hu), w.data(), o, hv, detail::row_block(t.data(), L, o * hv));
         detail::bilinear_right_backward<T>(
-            detail::cmap(va.data(), L, hv), t.data(), o,
+            detail::const_row_block(va.data(), L, hv), t.data(), o,
             score_view<const T>{dy.data() + s * L * L * o, L, o, static_cast<std::ptrdiff_t>(L * o)},
-            detail::mmap(dva.data(), L, hv), dt.data());
-        detail::bilinear_left_backward<T>(detail::cmap(ua.data(), L, hu), w.data(), o, hv,
-                                          detail::cmap(dt.data(), L, o * hv), detail::mmap(dua.data(), L, hu),
+            detail::row_block(dva.data(), L, hv), dt.data());
+        detail::bilinear_left_backward<T>(detail::const_row_block(ua.data(), L, hu), w.data(), o, hv,
+                                          detail::const_row_block(dt.data(), L, o * hv), detail::row_block(dua.data(), L, hu),
                                           dw.data());
         for (std::size_t r = 0; r < L; ++r) {
             for (std::size_t c = 0; c < h; ++c) {

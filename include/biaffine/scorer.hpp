@@ -35,14 +35,12 @@
 #include "biaffine/detail/checked.hpp"
 #include "biaffine/detail/gemm_kernel.hpp"
 #include "biaffine/errors.hpp"
+#include "biaffine/layer.hpp"
 #include "biaffine/pairwise_bilinear.hpp"
 #include "biaffine/tensor.hpp"
 #include "biaffine/workspace.hpp"
 
 namespace biaffine {
-
-/// Evaluation mode of a forward pass: `train` applies dropout and the softmax.
-enum class mode { eval, train };
 
 /// Hyper-parameters of a biaffine_scorer.
 struct scorer_config {
@@ -60,26 +58,6 @@ struct scorer_config {
     bool recompute_in_backward = false;
 };
 
-/// Memory a batch of `count` splits padded to `max_len` needs, in bytes,
-/// by lifetime. The batcher budgets with `total()`.
-struct batch_cost {
-    std::uint64_t scratch = 0; ///< temporaries carved from the workspace, freed when the call returns
-    std::uint64_t heap = 0;    ///< other temporaries on the tracked heap, freed when the call returns
-    std::uint64_t saved = 0;   ///< kept for backward until the callback runs (train only)
-    std::uint64_t outputs = 0; ///< score tensors handed to the caller
-    /// Everything, the unit a byte budget counts.
-    std::uint64_t total() const
-    {
-        return detail::checked_add(detail::checked_add(scratch, heap, "batch cost"),
-                                   detail::checked_add(saved, outputs, "batch cost"), "batch cost");
-    }
-};
-
-/// Backprop of a split-list layer: per-split score gradients in (`[n, n(, o)]`
-/// views), per-split input gradients written out (`[n, n_in]` views).
-template <class T>
-using split_backprop = backprop_fn<void(span<const score_view<const T>>, span<const seq_view<T>>)>;
-
 /// The mask added to head columns past a sequence's length. -10000 as in the
 /// reference, clamped to what the scalar type can hold.
 template <class T>
@@ -94,13 +72,6 @@ namespace detail {
 // A uniform double in [0, 1) from 53 random bits: the same on every platform,
 // unlike std::uniform_real_distribution.
 inline double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
-
-template <class V>
-auto to_const_view(const V& v)
-{
-    using T = std::remove_const_t<std::remove_pointer_t<decltype(v.data)>>;
-    return seq_view<const T>{v.data, v.rows, v.cols, v.row_stride, v.col_stride};
-}
 
 // In-place softmax of one split's scores over the last axis: heads when there
 // is one label, labels otherwise.
@@ -622,9 +593,9 @@ private:
     void gather(const Items& X, const std::size_t* off, T* xp) const
     {
         for (std::size_t k = 0; k < X.size(); ++k) {
-            const auto v = detail::to_const_view(X[k]);
+            const auto v = detail::read_only(X[k]);
             if (v.rows == 0) continue;
-            detail::mmap(xp + off[k] * cfg_.n_in, v.rows, cfg_.n_in) = v.map();
+            detail::row_block(xp + off[k] * cfg_.n_in, v.rows, cfg_.n_in) = v.map();
         }
     }
 
@@ -633,11 +604,11 @@ private:
     {
         if (N == 0) return;
         const std::size_t h = cfg_.hidden, width = h + (bias ? 1 : 0);
-        auto o = detail::mmap(out, N, width);
+        auto o = detail::row_block(out, N, width);
         Eigen::Map<const row_matrix<T>> wm(w.data(), static_cast<Eigen::Index>(h), static_cast<Eigen::Index>(cfg_.n_in));
         Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>> bv(b.data(), static_cast<Eigen::Index>(h));
         auto left = o.leftCols(static_cast<Eigen::Index>(h));
-        left.noalias() = detail::cmap(xp, N, cfg_.n_in) * wm.transpose();
+        left.noalias() = detail::const_row_block(xp, N, cfg_.n_in) * wm.transpose();
         left = (left.rowwise() + bv).cwiseMax(T(0));
         if (bias) o.col(static_cast<Eigen::Index>(h)).setOnes();
     }
@@ -750,8 +721,8 @@ private:
             bilinear_left_kernel(u, N, t, packed);
         } else {
             (void)packed;
-            detail::bilinear_left<T>(detail::cmap(u, N, hu()), w_.data(), cfg_.labels, hv(),
-                                     detail::mmap(t, N, cfg_.labels * hv()));
+            detail::bilinear_left<T>(detail::const_row_block(u, N, hu()), w_.data(), cfg_.labels, hv(),
+                                     detail::row_block(t, N, cfg_.labels * hv()));
         }
     }
 
@@ -778,14 +749,14 @@ private:
             project(xp.data(), N, wh_, bh_, cfg_.bias_u, u.data());
             project(xp.data(), N, wd_, bd_, cfg_.bias_v, v.data());
             if (N != 0) {
-                detail::bilinear_left<T>(detail::cmap(u.data(), N, hu()), w_.data(), o, hv(),
-                                         detail::mmap(t.data(), N, o * hv()));
+                detail::bilinear_left<T>(detail::const_row_block(u.data(), N, hu()), w_.data(), o, hv(),
+                                         detail::row_block(t.data(), N, o * hv()));
             }
         }
         for (std::size_t k = 0; k < count; ++k) {
             const std::size_t n = off[k + 1] - off[k];
             score_view<T> s = dest(k, n);
-            detail::bilinear_right_kernel<T>(detail::cmap(v.data() + off[k] * hv(), n, hv()),
+            detail::bilinear_right_kernel<T>(detail::const_row_block(v.data() + off[k] * hv(), n, hv()),
                                              t.data() + off[k] * o * hv(), o, s, packed.data());
             done(k, s);
         }
@@ -813,7 +784,7 @@ private:
         sb.off.resize(count + 1);
         const std::size_t N = fill_offsets(X, sb.off.data());
         sb.views.resize(count);
-        for (std::size_t k = 0; k < count; ++k) sb.views[k] = detail::to_const_view(X[k]);
+        for (std::size_t k = 0; k < count; ++k) sb.views[k] = detail::read_only(X[k]);
         sb.train = m == mode::train;
         sb.drop = sb.train && cfg_.dropout > 0.0;
         sb.seed = sb.drop ? rng_() : 0;
@@ -851,10 +822,10 @@ private:
         for (std::size_t k = 0; k < count; ++k) {
             const std::size_t n = sb.off[k + 1] - sb.off[k];
             score_view<T> s = dest(k, n);
-            detail::bilinear_right_kernel<T>(detail::cmap(v + sb.off[k] * hv(), n, hv()), t + sb.off[k] * o * hv(), o,
+            detail::bilinear_right_kernel<T>(detail::const_row_block(v + sb.off[k] * hv(), n, hv()), t + sb.off[k] * o * hv(), o,
                                              s, packed.data());
             if (sb.train) detail::softmax_last_axis(s);
-            if (keep_y) detail::mmap(sb.ys.data() + sb.y_off[k], n, n * o) = s.map();
+            if (keep_y) detail::row_block(sb.ys.data() + sb.y_off[k], n, n * o) = s.map();
         }
         return backprop_type([this, sb = std::move(sb)](span<const score_view<const T>> dY,
                                                         span<const seq_view<T>> dX) { backward(sb, dY, dX); });
@@ -908,7 +879,7 @@ private:
                 score_view<const T> y{sb.ys.data() + (keep ? sb.y_off[k] : 0), n, o, static_cast<std::ptrdiff_t>(n * o)};
                 if (!keep) {
                     score_view<T> yt{y_tmp.data(), n, o, static_cast<std::ptrdiff_t>(n * o)};
-                    detail::bilinear_right_kernel<T>(detail::cmap(v + off[k] * hv(), n, hv()), t + off[k] * o * hv(),
+                    detail::bilinear_right_kernel<T>(detail::const_row_block(v + off[k] * hv(), n, hv()), t + off[k] * o * hv(),
                                                      o, yt, packed.data());
                     detail::softmax_last_axis(yt);
                     y = {yt.data, n, o, yt.row_stride};
@@ -917,16 +888,16 @@ private:
                 detail::softmax_backward<T>(y, g, d);
                 g = {d.data, n, o, d.row_stride};
             }
-            detail::bilinear_right_backward<T>(detail::cmap(v + off[k] * hv(), n, hv()), t + off[k] * o * hv(), o, g,
-                                               detail::mmap(dv.data() + off[k] * hv(), n, hv()),
+            detail::bilinear_right_backward<T>(detail::const_row_block(v + off[k] * hv(), n, hv()), t + off[k] * o * hv(), o, g,
+                                               detail::row_block(dv.data() + off[k] * hv(), n, hv()),
                                                dt.data() + off[k] * o * hv());
         }
         if (N == 0) return;
         if constexpr (detail::gemm_supported<T>()) {
             bilinear_left_backward_kernel(u, N, dt.data(), du.data(), packed.data());
         } else {
-            detail::bilinear_left_backward<T>(detail::cmap(u, N, hu()), w_.data(), o, hv(),
-                                              detail::cmap(dt.data(), N, o * hv()), detail::mmap(du.data(), N, hu()),
+            detail::bilinear_left_backward<T>(detail::const_row_block(u, N, hu()), w_.data(), o, hv(),
+                                              detail::const_row_block(dt.data(), N, o * hv()), detail::row_block(du.data(), N, hu()),
                                               dw_.data());
         }
         // Through relu and dropout: a unit passed gradient iff it came out
@@ -938,9 +909,9 @@ private:
             input_backward_kernel(sb.views, off, N, du.data(), dv.data(), xp.data(), packed.data());
         } else {
             gather(sb.views, off, xp.data());
-            auto x = detail::cmap(xp.data(), N, n_in);
-            const auto dzu = detail::cmap(du.data(), N, hu()).leftCols(static_cast<Eigen::Index>(h));
-            const auto dzv = detail::cmap(dv.data(), N, hv()).leftCols(static_cast<Eigen::Index>(h));
+            auto x = detail::const_row_block(xp.data(), N, n_in);
+            const auto dzu = detail::const_row_block(du.data(), N, hu()).leftCols(static_cast<Eigen::Index>(h));
+            const auto dzv = detail::const_row_block(dv.data(), N, hv()).leftCols(static_cast<Eigen::Index>(h));
             Eigen::Map<row_matrix<T>> dwh(dwh_.data(), static_cast<Eigen::Index>(h), static_cast<Eigen::Index>(n_in));
             Eigen::Map<row_matrix<T>> dwd(dwd_.data(), static_cast<Eigen::Index>(h), static_cast<Eigen::Index>(n_in));
             dwh.noalias() += dzu.transpose() * x;
@@ -950,11 +921,11 @@ private:
                                                static_cast<Eigen::Index>(n_in));
             Eigen::Map<const row_matrix<T>> wd(wd_.data(), static_cast<Eigen::Index>(h),
                                                static_cast<Eigen::Index>(n_in));
-            auto dxp = detail::mmap(xp.data(), N, n_in);
+            auto dxp = detail::row_block(xp.data(), N, n_in);
             dxp.noalias() = dzu * wh;
             dxp.noalias() += dzv * wd;
         }
-        const auto dxp = detail::cmap(xp.data(), N, n_in);
+        const auto dxp = detail::const_row_block(xp.data(), N, n_in);
         for (std::size_t k = 0; k < count; ++k) {
             const std::size_t n = sb.views[k].rows;
             if (n == 0) continue;
@@ -991,7 +962,7 @@ private:
         T* tail = packed + hu_ * dw_chunk;
         for (std::size_t k0 = 0; k0 < N; k0 += dw_chunk) {
             const std::size_t kc = std::min(dw_chunk, N - k0);
-            detail::mmap(packed, hu_, kc) = detail::cmap(u + k0 * hu_, kc, hu_).transpose();
+            detail::row_block(packed, hu_, kc) = detail::const_row_block(u + k0 * hu_, kc, hu_).transpose();
             for (std::size_t k = 0; k < o; ++k) {
                 detail::gemm_rowmajor_b(packed, static_cast<std::ptrdiff_t>(kc), hu_, kc, dt + k0 * o * hv_ + k * hv_,
                                         ldt, hv_, tail, dw_.data() + k * hu_ * hv_, hv_s, add);
@@ -1009,9 +980,9 @@ private:
                                T* packed)
     {
         const std::size_t h = cfg_.hidden, n_in = cfg_.n_in;
-        auto xt = detail::mmap(xp, n_in, N);
+        auto xt = detail::row_block(xp, n_in, N);
         for (std::size_t k = 0; k < X.size(); ++k) {
-            const auto v = detail::to_const_view(X[k]);
+            const auto v = detail::read_only(X[k]);
             if (v.rows == 0) continue;
             xt.middleCols(static_cast<Eigen::Index>(off[k]), static_cast<Eigen::Index>(v.rows)) = v.map().transpose();
         }

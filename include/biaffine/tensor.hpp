@@ -149,6 +149,30 @@ template <class E>
 struct is_eigen<E, std::void_t<decltype(std::declval<const E&>().rowStride()),
                                decltype(std::declval<const E&>().colStride())>> : std::true_type {};
 
+/// `[rows, cols]` row-major block at `p` with rows `cols` apart, as a mutable
+/// Eigen map (no copy): the layout of every packed buffer of the library.
+template <class T>
+row_map<T> row_block(T* p, std::size_t rows, std::size_t cols)
+{
+    return row_map<T>(p, static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols),
+                      Eigen::OuterStride<>(static_cast<Eigen::Index>(cols)));
+}
+/// Read-only row_block.
+template <class T>
+const_row_map<T> const_row_block(const T* p, std::size_t rows, std::size_t cols)
+{
+    return const_row_map<T>(p, static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols),
+                            Eigen::OuterStride<>(static_cast<Eigen::Index>(cols)));
+}
+
+/// The same `[rows, cols]` view, read-only (any type with seq_view's members).
+template <class V>
+auto read_only(const V& v)
+{
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(v.data)>>;
+    return seq_view<const T>{v.data, v.rows, v.cols, v.row_stride, v.col_stride};
+}
+
 }  // namespace detail
 
 /// A `[rows, cols]` view of an Eigen dense object (any storage order, maps
@@ -206,6 +230,14 @@ auto as_score_view(const S& s)
                                       s.shape()[1], ", ...]"));
     }
     return score_view<const value_t>{s.data(), n, o, static_cast<std::ptrdiff_t>(n * o)};
+}
+
+/// Sequence k's `[n, n(, o)]` scores inside a padded `[b, L, L(, o)]` block
+/// (dense, row-major): rows `L * o` apart.
+template <class T>
+score_view<T> padded_scores(T* base, std::size_t k, std::size_t n, std::size_t L, std::size_t o)
+{
+    return {base + k * L * L * o, n, o, static_cast<std::ptrdiff_t>(L * o)};
 }
 
 }  // namespace biaffine

@@ -24,7 +24,7 @@
 #include "biaffine/detail/gradient_guard.hpp"
 #include "biaffine/batching.hpp"
 #include "biaffine/errors.hpp"
-#include "biaffine/scorer.hpp"
+#include "biaffine/layer.hpp"
 #include "biaffine/tensor.hpp"
 #include "biaffine/workspace.hpp"
 
@@ -442,7 +442,7 @@ private:
             const std::size_t begin = next_window * nbuf;
             const std::size_t count = std::min(nbuf, X.size() - begin);
             for (std::size_t i = 0; i < count; ++i) {
-                s->items[i] = detail::to_const_view(X[begin + i]);
+                s->items[i] = detail::read_only(X[begin + i]);
                 s->lengths[i] = s->items[i].rows;
             }
             const std::size_t nb = detail::plan_buffer(span<const std::size_t>(s->lengths.data(), count), limit, cost,

@@ -19,7 +19,7 @@
 #include "biaffine/backprop.hpp"
 #include "biaffine/detail/checked.hpp"
 #include "biaffine/errors.hpp"
-#include "biaffine/scorer.hpp"
+#include "biaffine/layer.hpp"
 #include "biaffine/tensor.hpp"
 #include "biaffine/workspace.hpp"
 
@@ -82,7 +82,7 @@ public:
         predict_stream(X, [&](std::size_t, score_view<const T> s) {
             score_tensor<T> y(inner_.score_shape(s.n));
             if (s.n != 0) {
-                detail::mmap(y.data(), s.n, s.n * s.labels) = s.map();
+                detail::row_block(y.data(), s.n, s.n * s.labels) = s.map();
             }
             Y.push_back(std::move(y));
         });
@@ -121,7 +121,7 @@ public:
             const std::size_t n = X[k].rows;
             score_tensor<T> yk(inner_.score_shape(n));
             if (n != 0) {
-                detail::mmap(yk.data(), n, n * o) =
+                detail::row_block(yk.data(), n, n * o) =
                     score_view<const T>{y.data() + k * L * L * o, n, o, static_cast<std::ptrdiff_t>(L * o)}.map();
             }
             Y.push_back(std::move(yk));
@@ -150,7 +150,7 @@ public:
             const tensor<T, 3> dx = inner_bp(dy);
             for (std::size_t k = 0; k < count; ++k) {
                 const std::size_t n = static_cast<std::size_t>(lens[k]);
-                if (n != 0) dX[k].map() = detail::cmap(dx.data() + k * L * n_in, n, n_in);
+                if (n != 0) dX[k].map() = detail::const_row_block(dx.data() + k * L * n_in, n, n_in);
             }
         });
         return {std::move(Y), std::move(bp)};
@@ -183,9 +183,9 @@ private:
     {
         const std::size_t n_in = inner_.n_in();
         for (std::size_t k = 0; k < X.size(); ++k) {
-            const auto v = detail::to_const_view(X[k]);
+            const auto v = detail::read_only(X[k]);
             T* dst = xp + k * L * n_in;
-            if (v.rows != 0) detail::mmap(dst, v.rows, n_in) = v.map();
+            if (v.rows != 0) detail::row_block(dst, v.rows, n_in) = v.map();
             std::fill(dst + v.rows * n_in, dst + L * n_in, T(0));
             lens[k] = static_cast<std::int64_t>(v.rows);
         }

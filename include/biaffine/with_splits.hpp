@@ -16,12 +16,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <type_traits>
 #include <utility>
 
 #include "biaffine/backprop.hpp"
 #include "biaffine/detail/checked.hpp"
 #include "biaffine/errors.hpp"
-#include "biaffine/scorer.hpp"
+#include "biaffine/layer.hpp"
 #include "biaffine/tensor.hpp"
 
 namespace biaffine {

@@ -1,0 +1,211 @@
+// biaffine/layer.hpp - what every layer shares: the forward mode, the cost a
+// layer reports for a batch, the backprop callback of a split-list layer, and
+// the compile-time check of what a combinator needs from its inner layer.
+//
+// A combinator (with_splits, with_minibatch_by_padded_size,
+// with_pad_seq_unpad_matrix) knows this protocol and the view types of
+// tensor.hpp, never a concrete layer: the scorer is one implementation of it,
+// your own layer can be another.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "biaffine/backprop.hpp"
+#include "biaffine/detail/checked.hpp"
+#include "biaffine/tensor.hpp"
+
+namespace biaffine {
+
+/// Evaluation mode of a forward pass: `train` applies dropout and the softmax.
+enum class mode { eval, train };
+
+/// Memory a batch of `count` splits padded to `max_len` needs, in bytes,
+/// by lifetime. The batcher budgets with `total()`.
+struct batch_cost {
+    std::uint64_t scratch = 0; ///< temporaries carved from the workspace, freed when the call returns
+    std::uint64_t heap = 0;    ///< other temporaries on the tracked heap, freed when the call returns
+    std::uint64_t saved = 0;   ///< kept for backward until the callback runs (train only)
+    std::uint64_t outputs = 0; ///< score tensors handed to the caller
+    /// Everything, the unit a byte budget counts.
+    std::uint64_t total() const
+    {
+        return detail::checked_add(detail::checked_add(scratch, heap, "batch cost"),
+                                   detail::checked_add(saved, outputs, "batch cost"), "batch cost");
+    }
+};
+
+/// Backprop of a split-list layer: per-split score gradients in (`[n, n(, o)]`
+/// views), per-split input gradients written out (`[n, n_in]` views).
+template <class T>
+using split_backprop = backprop_fn<void(span<const score_view<const T>>, span<const seq_view<T>>)>;
+
+namespace detail {
+
+// Detection of one member each, so that a missing one is named in the
+// static_assert message rather than in a page of template errors.
+template <class L, class = void>
+struct has_value_type : std::false_type {};
+template <class L>
+struct has_value_type<L, std::void_t<typename L::value_type>> : std::true_type {};
+
+template <class L, class = void>
+struct has_n_in : std::false_type {};
+template <class L>
+struct has_n_in<L, std::void_t<decltype(std::size_t{std::declval<const L&>().n_in()})>> : std::true_type {};
+
+template <class L, class = void>
+struct has_labels : std::false_type {};
+template <class L>
+struct has_labels<L, std::void_t<decltype(std::size_t{std::declval<const L&>().labels()})>> : std::true_type {};
+
+template <class L, class = void>
+struct has_score_shape : std::false_type {};
+template <class L>
+struct has_score_shape<L, std::void_t<decltype(std::declval<const L&>().score_shape(std::size_t{}))>>
+    : std::true_type {};
+
+template <class L, class = void>
+struct has_cost : std::false_type {};
+template <class L>
+struct has_cost<L, std::enable_if_t<std::is_same<decltype(std::declval<const L&>().cost(std::size_t{}, std::size_t{},
+                                                                                         mode::eval)),
+                                                 batch_cost>::value>> : std::true_type {};
+
+template <class L, class = void>
+struct has_padded_cost : std::false_type {};
+template <class L>
+struct has_padded_cost<L, std::enable_if_t<std::is_same<decltype(std::declval<const L&>().padded_cost(
+                                                            std::size_t{}, std::size_t{}, mode::eval)),
+                                                        batch_cost>::value>> : std::true_type {};
+
+// The split list a combinator hands down (the batcher's own type).
+template <class L>
+using probe_items = span<const seq_view<const typename L::value_type>>;
+
+template <class L, class = void>
+struct has_predict : std::false_type {};
+template <class L>
+struct has_predict<L, std::void_t<decltype(std::declval<const L&>().predict(std::declval<const probe_items<L>&>()))>>
+    : std::true_type {};
+
+template <class T>
+struct probe_sink {
+    void operator()(std::size_t, score_view<const T>) const {}
+};
+template <class L, class = void>
+struct has_predict_stream : std::false_type {};
+template <class L>
+struct has_predict_stream<L, std::void_t<decltype(std::declval<const L&>().predict_stream(
+                                 std::declval<const probe_items<L>&>(), probe_sink<typename L::value_type>{}))>>
+    : std::true_type {};
+
+template <class L, class = void>
+struct has_forward : std::false_type {};
+template <class L>
+struct has_forward<L, std::void_t<typename L::backprop_type,
+                                  decltype(std::declval<L&>().forward(std::declval<const probe_items<L>&>(),
+                                                                      mode::train))>> : std::true_type {};
+
+template <class T>
+using probe_padded = tensor<T, 3>;
+template <class L, class = void>
+struct has_predict_padded : std::false_type {};
+template <class L>
+struct has_predict_padded<L, std::void_t<decltype(std::declval<const L&>().predict_padded(
+                                 std::declval<const probe_padded<typename L::value_type>&>(),
+                                 std::declval<const tracked_vector<std::int64_t>&>()))>> : std::true_type {};
+
+template <class L, class = void>
+struct has_forward_padded : std::false_type {};
+template <class L>
+struct has_forward_padded<L, std::void_t<decltype(std::declval<L&>().forward_padded(
+                                 std::declval<const probe_padded<typename L::value_type>&>(),
+                                 std::declval<const tracked_vector<std::int64_t>&>(), mode::train))>>
+    : std::true_type {};
+
+}  // namespace detail
+
+/// Compile-time check of a split-list layer (what with_splits and
+/// with_minibatch_by_padded_size wrap): `value_type`, `n_in()`, `labels()`,
+/// `score_shape(n)`, `cost(count, max_len, mode)`, `predict(items)`,
+/// `predict_stream(items, sink)`, `forward(items, mode)` with its
+/// `backprop_type`. Each missing member fails with its own message.
+template <class Layer>
+constexpr bool check_split_layer()
+{
+    using L = std::remove_cv_t<std::remove_reference_t<Layer>>;
+    static_assert(detail::has_value_type<L>::value, "biaffine layer protocol: the inner layer has no value_type");
+    if constexpr (detail::has_value_type<L>::value) {
+        static_assert(detail::has_n_in<L>::value, "biaffine layer protocol: the inner layer has no n_in() const");
+        static_assert(detail::has_labels<L>::value, "biaffine layer protocol: the inner layer has no labels() const");
+        static_assert(detail::has_score_shape<L>::value,
+                      "biaffine layer protocol: the inner layer has no score_shape(n) const");
+        static_assert(detail::has_cost<L>::value,
+                      "biaffine layer protocol: the inner layer has no cost(count, max_len, mode) const -> batch_cost");
+        static_assert(detail::has_predict<L>::value,
+                      "biaffine layer protocol: the inner layer has no predict(split list) const");
+        static_assert(detail::has_predict_stream<L>::value,
+                      "biaffine layer protocol: the inner layer has no predict_stream(split list, sink) const");
+        static_assert(detail::has_forward<L>::value,
+                      "biaffine layer protocol: the inner layer has no forward(split list, mode) with a backprop_type");
+    }
+    return true;
+}
+
+/// Compile-time check of a padded layer (what with_pad_seq_unpad_matrix
+/// wraps): `value_type`, `n_in()`, `labels()`, `score_shape(n)`,
+/// `padded_cost(count, max_len, mode)`, `predict_padded(x, lengths)`,
+/// `forward_padded(x, lengths, mode)`.
+template <class Layer>
+constexpr bool check_padded_layer()
+{
+    using L = std::remove_cv_t<std::remove_reference_t<Layer>>;
+    static_assert(detail::has_value_type<L>::value, "biaffine padded layer protocol: the inner layer has no value_type");
+    if constexpr (detail::has_value_type<L>::value) {
+        static_assert(detail::has_n_in<L>::value, "biaffine padded layer protocol: the inner layer has no n_in() const");
+        static_assert(detail::has_labels<L>::value,
+                      "biaffine padded layer protocol: the inner layer has no labels() const");
+        static_assert(detail::has_score_shape<L>::value,
+                      "biaffine padded layer protocol: the inner layer has no score_shape(n) const");
+        static_assert(detail::has_padded_cost<L>::value, "biaffine padded layer protocol: the inner layer has no "
+                                                         "padded_cost(count, max_len, mode) const -> batch_cost");
+        static_assert(detail::has_predict_padded<L>::value,
+                      "biaffine padded layer protocol: the inner layer has no predict_padded(x, lengths) const");
+        static_assert(detail::has_forward_padded<L>::value,
+                      "biaffine padded layer protocol: the inner layer has no forward_padded(x, lengths, mode)");
+    }
+    return true;
+}
+
+namespace detail {
+
+/// What every combinator passes through from the layer it wraps: the inner
+/// layer itself (held by reference when constructed from an lvalue, moved in
+/// from an rvalue), its scalar type, input width, label count and score
+/// shape. A combinator derives from this and adds its own forward.
+template <class Inner>
+class wrapping_layer {
+protected:
+    using inner_type = std::remove_reference_t<Inner>;
+
+public:
+    using value_type = typename inner_type::value_type;
+
+    explicit wrapping_layer(Inner&& inner) : inner_(std::forward<Inner>(inner)) {}
+
+    inner_type& inner() noexcept { return inner_; }                          ///< the wrapped layer
+    const inner_type& inner() const noexcept { return inner_; }              ///< the wrapped layer
+    std::size_t n_in() const { return inner_.n_in(); }                       ///< input width
+    std::size_t labels() const { return inner_.labels(); }                   ///< o
+    auto score_shape(std::size_t n) const { return inner_.score_shape(n); }  ///< `[n, n(, o)]`
+
+protected:
+    Inner inner_;
+};
+
+}  // namespace detail
+
+}  // namespace biaffine
