@@ -20,6 +20,15 @@
 
 #include <biaffine/biaffine.hpp>
 
+// The AVX2 micro-kernel is declared where the target has AVX2 + FMA, whether
+// or not the scorer uses it (BIAFFINE_NO_GEMM_KERNEL): its benches run then.
+#if defined(__AVX2__) && defined(__FMA__)
+#include <biaffine/detail/compute/avx2_kernel.hpp>
+#define BIAFFINE_BENCH_KERNEL 1
+#else
+#define BIAFFINE_BENCH_KERNEL 0
+#endif
+
 #include "workload.hpp"
 
 namespace bb = biaffine_bench;
@@ -203,28 +212,31 @@ void BM_pipeline_predict(benchmark::State& state)
 // One split's S = Va . Tr^T (hv = 129, the bias column included): the
 // register-blocked row_dots (arg gemm = 0) against Eigen's packed GEMM (1)
 // and the GEMM kernel's transposed store (2, where built). Sets the
-// crossovers detail::use_row_dots and detail::use_gemm_kernel of
-// pairwise_bilinear.hpp.
+// crossovers BIAFFINE_ROW_DOTS_* and BIAFFINE_AVX2_SCORES_* of config.hpp.
 void BM_bilinear_right(benchmark::State& state)
 {
     const auto n = static_cast<Eigen::Index>(state.range(0)), labels = static_cast<Eigen::Index>(state.range(1));
     const auto path = state.range(2);
-    if (path == 2 && !biaffine::detail::gemm_supported<float>()) {
-        state.SkipWithError("GEMM kernel not built (needs AVX2 + FMA)");
+#if !BIAFFINE_BENCH_KERNEL
+    if (path == 2) {
+        state.SkipWithError("AVX2 kernel not built (needs AVX2 + FMA)");
         return;
     }
+#endif
     const Eigen::Index hv = 129, m = n * labels;
     using rm = biaffine::row_matrix<float>;
     const rm va = rm::Random(n, hv), tr = rm::Random(m, hv);
     rm s(n, m);
-    std::vector<float> packed(biaffine::detail::gemm_packed_size(hv, static_cast<std::size_t>(n)));
+    std::vector<float> packed((static_cast<std::size_t>(n) + 15) / 16 * 16 * hv);  // Va^T in 16-column panels
     for (auto _ : state) {
         if (path == 1) {
             s.noalias() = va * tr.transpose();
         } else if (path == 2) {
+#if BIAFFINE_BENCH_KERNEL
             biaffine::detail::gemm_pack_b(va.data(), 1, hv, hv, static_cast<std::size_t>(n), packed.data());
             biaffine::detail::gemm_store_transposed(tr.data(), hv, static_cast<std::size_t>(m), hv, packed.data(),
                                                     static_cast<std::size_t>(n), s.data(), m);
+#endif
         } else {
             biaffine::detail::row_dots(va.data(), hv, n, tr.data(), hv, m, hv, s.data(), m);
         }
@@ -265,21 +277,25 @@ void BM_bilinear_right_backward(benchmark::State& state)
 void BM_projection(benchmark::State& state)
 {
     const bool kernel = state.range(0) != 0;
-    if (kernel && !biaffine::detail::gemm_supported<float>()) {
-        state.SkipWithError("GEMM kernel not built (needs AVX2 + FMA)");
+#if !BIAFFINE_BENCH_KERNEL
+    if (kernel) {
+        state.SkipWithError("AVX2 kernel not built (needs AVX2 + FMA)");
         return;
     }
+#endif
     const Eigen::Index rows = 2048, n_in = 256, h = 128;
     using rm = biaffine::row_matrix<float>;
     const rm x = rm::Random(rows, n_in), w = rm::Random(h, n_in);
     const Eigen::Matrix<float, 1, Eigen::Dynamic> b = Eigen::Matrix<float, 1, Eigen::Dynamic>::Random(h);
     rm y(rows, h);
-    std::vector<float> packed(biaffine::detail::gemm_packed_size(n_in, h));
+    std::vector<float> packed((h + 15) / 16 * 16 * n_in);  // W^T in 16-column panels
     for (auto _ : state) {
         if (kernel) {
+#if BIAFFINE_BENCH_KERNEL
             biaffine::detail::gemm_pack_b(w.data(), 1, n_in, n_in, h, packed.data());
             biaffine::detail::gemm_bias_relu(x.data(), n_in, rows, n_in, packed.data(), h, b.data(), true, y.data(),
                                              h);
+#endif
         } else {
             y.noalias() = x * w.transpose();
             y = (y.rowwise() + b).cwiseMax(0.0f);

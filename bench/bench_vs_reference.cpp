@@ -45,7 +45,7 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
-#include <Eigen/Core>
+#include "biaffine/detail/eigen.hpp"  // Eigen, without GCC 12's AVX-512 false positives
 #include <biaffine/biaffine.hpp>
 
 #include "common.hpp"

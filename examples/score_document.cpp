@@ -21,7 +21,7 @@
 // between sentences, lines starting with '#' ignored. The file is one
 // document; each sentence becomes a split (capped at --max-split tokens).
 //
-// The weights are random (use scorer.load_npy(dir) for trained ones, see
+// The weights are random (use biaffine::load_npy(scorer, dir) for trained ones, see
 // train_arc_scorer), so the decoded trees are valid trees but arbitrary.
 //
 //   score_document [--tokens N] [--n-in D] [--hidden H] [--labels O]

@@ -389,7 +389,7 @@ int main(int argc, char** argv)
     const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
 
     if (!o.save.empty()) {
-        scorer.save_npy(o.save);  // load with biaffine_scorer<float>(cfg).load_npy(dir)
+        biaffine::save_npy(scorer, o.save);  // load with biaffine::load_npy(scorer, dir)
         std::cout << "saved the parameters to " << o.save << "/*.npy\n";
     }
     const bool loss_fell = epoch_loss.back() < loss_ratio_required * first_step_loss;

@@ -2,6 +2,9 @@
 # Builds the test suite with AddressSanitizer and
 # UndefinedBehaviorSanitizer (g++, -O1 -g1, assertions on, -fno-sanitize-recover=all
 # from BIAFFINE_SANITIZE) in build-asan/ and runs every test through ctest.
+# With the AVX2 kernel off (BIAFFINE_NO_GEMM_KERNEL): the Release run tests
+# the kernel path, this one the float Eigen path, so CI runs both (the fuzz
+# targets run the kernel path under the sanitizers too).
 # The package-consumer tests (label "package") are left to the Release run:
 # they build other projects without sanitizers.
 #
@@ -22,7 +25,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # sanitizers' stack traces, and the build (the bulk of this step) is much
 # faster than with full -g. The examples are left to the Release run.
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" \
-  "-DCMAKE_CXX_FLAGS=-Wno-maybe-uninitialized" -DBIAFFINE_SANITIZE=address,undefined \
+  "-DCMAKE_CXX_FLAGS=-Wno-maybe-uninitialized -DBIAFFINE_NO_GEMM_KERNEL" -DBIAFFINE_SANITIZE=address,undefined \
   -DBIAFFINE_BUILD_TESTS=ON -DBIAFFINE_BUILD_EXAMPLES=OFF -DBIAFFINE_BUILD_BENCH=OFF -DBIAFFINE_WERROR=OFF >/dev/null
 cmake --build build-asan -j2
 ctest --test-dir build-asan --output-on-failure -j2 --timeout 1500 -LE package

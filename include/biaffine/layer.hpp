@@ -15,6 +15,7 @@
 
 #include "biaffine/backprop.hpp"
 #include "biaffine/detail/checked.hpp"
+#include "biaffine/errors.hpp"
 #include "biaffine/tensor.hpp"
 
 namespace biaffine {
@@ -181,6 +182,26 @@ constexpr bool check_padded_layer()
 }
 
 namespace detail {
+
+/// Checks split k's score gradient against its split: `[n, n, o]`, with a
+/// row stride that holds a row and data wherever there are cells. `who`
+/// names the caller in the message.
+template <class T>
+void check_score_grad(const char* who, std::size_t k, const score_view<const T>& g, std::size_t n, std::size_t o)
+{
+    if (g.n != n || g.labels != o) {
+        throw shape_error(msg(who, ": split ", k, ": expected a gradient of [", n, ", ", n, ", ", o, "], got [", g.n,
+                              ", ", g.n, ", ", g.labels, "]"));
+    }
+}
+
+/// The longest of `count` splits laid out by `off` (count + 1 row offsets).
+inline std::size_t max_split_rows(const std::size_t* off, std::size_t count)
+{
+    std::size_t m = 0;
+    for (std::size_t k = 0; k < count; ++k) m = off[k + 1] - off[k] > m ? off[k + 1] - off[k] : m;
+    return m;
+}
 
 /// What every combinator passes through from the layer it wraps: the inner
 /// layer itself (held by reference when constructed from an lvalue, moved in

@@ -3,161 +3,25 @@
 //   S[m, l, o] = sum_{i,j} u[l, i] * W[o, i, j] * v[m, j]
 //
 // rows m are dependents, columns l head candidates, labels last; u = [head, 1]
-// when bias_u, v = [dep, 1] when bias_v. Evaluated as two GEMMs per split and
-// no transposed copies: T = u . W' with W' = [hu, o * hv] (one GEMM per label
-// straight from W's memory, so the weights are never copied), then T viewed as
-// `[n * o, hv]` gives S_flat = v . T^T, which is S[m, l, o] row-major. The
-// first GEMM is row-wise, so callers run it on the packed rows of a whole
-// batch; only the second needs the split boundaries. For short splits the
-// second product (and its backward) skips the GEMM's packing: see
-// detail/row_dots.hpp and use_row_dots / use_row_combos below.
+// when bias_u, v = [dep, 1] when bias_v. Computed per sequence as two GEMMs,
+// T = u . W' and S_flat = v . T^T (see detail/compute/eigen_backend.hpp, whose
+// products these are: the same ones the scorer runs on Eigen).
 //
-// This header is kernel math only; the layers (projections, masks, softmax,
-// batching) live elsewhere.
+// This header is the padded reference interface of the bilinear alone; the
+// scorer (projections, masks, softmax) and the layers live elsewhere.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
-#include <Eigen/Core>
-
 #include "biaffine/detail/checked.hpp"
-#include "biaffine/detail/gemm_kernel.hpp"
-#include "biaffine/detail/row_dots.hpp"
+#include "biaffine/detail/compute/eigen_backend.hpp"
 #include "biaffine/errors.hpp"
 #include "biaffine/tensor.hpp"
 
 namespace biaffine {
 namespace detail {
-
-/// T = Ua . W' : `Ua [N, hu]`, `W [o, hu, hv]` (row-major memory), `T [N, o * hv]`.
-template <class T>
-void bilinear_left(const_row_map<T> ua, const T* w, std::size_t labels, std::size_t hv, row_map<T> t)
-{
-    const auto hu = ua.cols();
-    const auto hv_i = static_cast<Eigen::Index>(hv);
-    for (std::size_t k = 0; k < labels; ++k) {
-        Eigen::Map<const row_matrix<T>> wk(w + k * static_cast<std::size_t>(hu) * hv, hu, hv_i);
-        t.middleCols(static_cast<Eigen::Index>(k) * hv_i, hv_i).noalias() = ua * wk;
-    }
-}
-
-/// Backward of bilinear_left: `dUa = dT . W'^T` (overwritten) and
-/// `dW += Ua^T . dT` (accumulated).
-template <class T>
-void bilinear_left_backward(const_row_map<T> ua, const T* w, std::size_t labels, std::size_t hv,
-                            const_row_map<T> dt, row_map<T> dua, T* dw)
-{
-    const auto hu = ua.cols();
-    const auto hv_i = static_cast<Eigen::Index>(hv);
-    dua.setZero();
-    for (std::size_t k = 0; k < labels; ++k) {
-        const std::size_t off = k * static_cast<std::size_t>(hu) * hv;
-        Eigen::Map<const row_matrix<T>> wk(w + off, hu, hv_i);
-        Eigen::Map<row_matrix<T>> dwk(dw + off, hu, hv_i);
-        const auto dtk = dt.middleCols(static_cast<Eigen::Index>(k) * hv_i, hv_i);
-        dua.noalias() += dtk * wk.transpose();
-        dwk.noalias() += ua.transpose() * dtk;
-    }
-}
-
-/// When the per-split products skip the packed GEMM (row_dots.hpp): the
-/// crossovers measured on AVX2 with bench_kernels (BM_bilinear_right and
-/// BM_bilinear_right_backward, hv = 129): below them packing dominates the
-/// GEMM; above, its cache-blocked micro-kernel wins.
-inline bool use_row_dots(Eigen::Index n, std::size_t labels)
-{
-    return n <= 12 && static_cast<std::size_t>(n) * labels <= 256;
-}
-inline bool use_row_combos(Eigen::Index n, std::size_t labels)
-{
-    return n <= 12 && static_cast<std::size_t>(n) * labels <= 300;
-}
-
-/// Scores of one split: `S [n, n * o] = Va [n, hv] . Tr^T` with `Tr` the
-/// split's rows of T viewed as `[n * o, hv]` (contiguous: T is row-major).
-template <class T>
-void bilinear_right(const_row_map<T> va, const T* t_rows, std::size_t labels, score_view<T> s)
-{
-    const auto n = va.rows();
-    const auto hv = va.cols();
-    if (n == 0) return;
-    const auto no = n * static_cast<Eigen::Index>(labels);
-    if (use_row_dots(n, labels)) {
-        // Short splits (most of a document's): dot products straight from the
-        // operands beat a packed GEMM, see row_dots.hpp.
-        row_dots(va.data(), va.outerStride(), n, t_rows, hv, no, hv, s.data, s.row_stride);
-        return;
-    }
-    Eigen::Map<const row_matrix<T>> tr(t_rows, no, hv);
-    s.map().noalias() = va * tr.transpose();
-}
-
-/// Where bilinear_right_kernel takes the GEMM kernel over Eigen's GEMM (and
-/// row_dots): the kernel's 16-column panels run over the split's n tokens,
-/// so it wins when they are mostly full. Measured on AVX2 (hv = 129): with
-/// 4+ labels when at least 70% full, with fewer from n = 32 and 80% full
-/// (n = 20, 24 and 25 lose by 10-35% with one label).
-inline bool use_gemm_kernel(Eigen::Index n, std::size_t labels)
-{
-    if (use_row_dots(n, labels)) return false;
-    const Eigen::Index cols = (n + 15) / 16 * 16;
-    return labels >= 4 ? 10 * n >= 7 * cols : n >= 32 && 5 * n >= 4 * cols;
-}
-
-/// Floats of `packed` that bilinear_right_kernel needs for splits of up to
-/// `n` tokens (0 where the kernel is not built).
-template <class T>
-std::size_t bilinear_right_packed_size(std::size_t hv, std::size_t n)
-{
-    return gemm_supported<T>() ? gemm_packed_size(hv, n) : 0;
-}
-
-/// bilinear_right through the GEMM kernel where it is built (float, AVX2 +
-/// FMA) and the split is past the row_dots crossover: S is stored as
-/// (Tr . Va^T)^T, so only Va^T is packed (into `packed`, at least
-/// bilinear_right_packed_size(hv, n) floats), not the n * o rows of Tr.
-/// Elsewhere the same as bilinear_right.
-template <class T>
-void bilinear_right_kernel(const_row_map<T> va, const T* t_rows, std::size_t labels, score_view<T> s, T* packed)
-{
-    const auto n = va.rows();
-    if constexpr (gemm_supported<T>()) {
-        if (n != 0 && use_gemm_kernel(n, labels)) {
-            const auto hv = static_cast<std::size_t>(va.cols());
-            const auto nn = static_cast<std::size_t>(n);
-            gemm_pack_b(va.data(), 1, va.outerStride(), hv, nn, packed);  // Va^T: (k, m) = Va[m, k]
-            gemm_store_transposed(t_rows, static_cast<std::ptrdiff_t>(hv), nn * labels, hv, packed, nn, s.data,
-                                  s.row_stride);
-            return;
-        }
-    }
-    (void)packed;
-    bilinear_right<T>(va, t_rows, labels, s);
-}
-
-/// Backward of bilinear_right for one split: `dVa = dS . Tr` and
-/// `dTr = dS^T . Va` (both overwritten).
-template <class T>
-void bilinear_right_backward(const_row_map<T> va, const T* t_rows, std::size_t labels,
-                             score_view<const T> ds, row_map<T> dva, T* dt_rows)
-{
-    const auto n = va.rows();
-    const auto hv = va.cols();
-    if (n == 0) return;
-    const auto no = n * static_cast<Eigen::Index>(labels);
-    if (use_row_combos(n, labels)) {
-        row_combos(ds.data, ds.row_stride, 1, n, no, t_rows, hv, hv, dva.data(), dva.outerStride());
-        row_combos(ds.data, 1, ds.row_stride, no, n, va.data(), va.outerStride(), hv, dt_rows, hv);
-        return;
-    }
-    Eigen::Map<const row_matrix<T>> tr(t_rows, no, hv);
-    Eigen::Map<row_matrix<T>> dtr(dt_rows, no, hv);
-    const auto dsm = ds.map();
-    dva.noalias() = dsm * tr;
-    dtr.noalias() = dsm.transpose() * va;
-}
 
 // Copies u [L, h] into ua [L, h + bias] with a trailing column of ones.
 template <class T>

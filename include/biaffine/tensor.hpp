@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <vector>
 
-#include <Eigen/Core>
+#include "biaffine/detail/eigen.hpp"
 #include <xtensor/xarray.hpp>
 #include <xtensor/xtensor.hpp>
 

@@ -16,7 +16,7 @@
 
 #include <cstddef>
 
-#include <Eigen/Core>
+#include "biaffine/detail/eigen.hpp"
 
 namespace biaffine {
 namespace detail {

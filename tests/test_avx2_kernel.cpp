@@ -1,11 +1,14 @@
-// Tests of biaffine/detail/gemm_kernel.hpp: the packed right side, the fused
-// GEMM + bias + relu against a double-precision loop (every row remainder of
-// the 6-row block, partial panels, strides, K down to 1), and the in-place
-// right side, the transposed store and the accumulating epilogue against it;
-// the relu backward row.
-#include <biaffine/detail/gemm_kernel.hpp>
+// Tests of biaffine/detail/compute/avx2_kernel.hpp: the packed right side, the
+// fused GEMM + bias + relu against a double-precision loop (every row
+// remainder of the 6-row block, partial panels, strides, K down to 1), and the
+// in-place right side, the transposed store and the accumulating epilogue
+// against it. The kernel exists only where the compiler targets AVX2 and FMA;
+// elsewhere this test reports itself skipped (ctest SKIP_REGULAR_EXPRESSION).
+#include <biaffine/detail/compute/avx2_kernel.hpp>
 
 #include <catch2/catch.hpp>
+
+#if defined(__AVX2__) && defined(__FMA__)
 
 #include <algorithm>
 #include <cmath>
@@ -53,12 +56,6 @@ TEST_CASE("gemm_pack_b lays out panels of 16 columns, zero-padded", "[gemm_kerne
 
 TEST_CASE("gemm_bias_relu equals a double-precision loop", "[gemm_kernel]")
 {
-    if (!biaffine::detail::gemm_supported<float>()) {
-        WARN("gemm kernel not built here (needs AVX2 + FMA): callers use Eigen");
-        REQUIRE(!biaffine::detail::gemm_supported<double>());
-        return;
-    }
-    REQUIRE(!biaffine::detail::gemm_supported<double>());
     std::mt19937 gen(11);
     for (std::size_t N : {1u, 2u, 5u, 6u, 7u, 12u, 13u, 97u, 200u}) {
         for (std::size_t K : {1u, 3u, 129u, 256u}) {
@@ -120,11 +117,6 @@ TEST_CASE("gemm_bias_relu equals a double-precision loop", "[gemm_kernel]")
 
 TEST_CASE("gemm_bias_relu keeps NaN through the relu, as std::max(y, 0) and Eigen's cwiseMax do", "[gemm_kernel]")
 {
-    if (!biaffine::detail::gemm_supported<float>()) {
-        WARN("gemm kernel not built here (needs AVX2 + FMA)");
-        REQUIRE(!biaffine::detail::gemm_supported<double>());
-        return;
-    }
     // Found by fuzz_pipeline: a NaN token scored 0 on the kernel path and NaN
     // on the Eigen path (maxps returns its second operand on NaN).
     const std::size_t N = 7, K = 5, M = 17;
@@ -149,10 +141,6 @@ TEST_CASE("gemm_bias_relu keeps NaN through the relu, as std::max(y, 0) and Eige
 
 TEST_CASE("gemm epilogue: accumulate adds to the destination, plain and transposed", "[gemm_kernel]")
 {
-    if (!biaffine::detail::gemm_supported<float>()) {
-        WARN("gemm kernel not built here (needs AVX2 + FMA)");
-        return;
-    }
     std::mt19937 gen(23);
     for (std::size_t N : {1u, 5u, 6u, 13u, 100u}) {
         for (std::size_t K : {1u, 7u, 130u}) {
@@ -208,27 +196,12 @@ TEST_CASE("gemm epilogue: accumulate adds to the destination, plain and transpos
     }
 }
 
-TEST_CASE("relu_backward_row: a select, with the bias gradient summed", "[gemm_kernel]")
+#else
+
+TEST_CASE("AVX2 kernel: not built here", "[avx2_kernel]")
 {
-    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-    for (std::size_t h : {1u, 7u, 8u, 9u, 17u, 40u}) {
-        INFO("h " << h);
-        std::mt19937 gen(static_cast<unsigned>(h));
-        std::vector<float> a = random_floats(h, gen), d = random_floats(h, gen), db = random_floats(h, gen);
-        a[0] = 0.0f;  // a dead unit passes nothing, even a NaN or infinite gradient
-        d[0] = nan;
-        if (h > 3) {
-            a[2] = -1.0f;
-            d[2] = inf;
-            a[3] = nan;  // a NaN activation compares false: dead
-        }
-        const std::vector<float> d0 = d, db0 = db;
-        const float scale = 1.25f;
-        biaffine::detail::relu_backward_row(a.data(), h, scale, d.data(), db.data());
-        for (std::size_t j = 0; j < h; ++j) {
-            const float want = a[j] > 0.0f ? d0[j] * scale : 0.0f;
-            REQUIRE(d[j] == want);
-            REQUIRE(db[j] == db0[j] + want);
-        }
-    }
+    WARN("SKIPPED: the AVX2/FMA kernel is not compiled for this target (needs -mavx2 -mfma); the scorer uses Eigen");
+    SUCCEED("nothing to test without the kernel");
 }
+
+#endif

@@ -1,38 +1,31 @@
-// biaffine/detail/gemm_kernel.hpp - a register-blocked float GEMM with a fused
-// bias + relu epilogue, for the row-wise products of the scorer.
+// biaffine/detail/compute/avx2_kernel.hpp - a register-blocked AVX2/FMA float
+// GEMM with a fused bias + relu epilogue, for the row-wise products of the
+// scorer (the micro-kernel of avx2_backend.hpp).
 //
 // Why not Eigen's product here: the projections are [N, n_in] x [n_in, h]
 // with a small, fixed right side. Eigen packs the big left side (X) on every
 // call and runs the bias and relu as separate passes over the output. This
 // kernel reads X rows in place, packs only the small right side, and adds
 // the bias and clamps in registers before the one store. With AVX2 + FMA it
-// runs a 6 x 16 register block (12 accumulators); elsewhere, or for double,
-// gemm_supported() is false and callers use Eigen.
+// runs a 6 x 16 register block (12 accumulators). Declared only where the
+// compiler targets AVX2 and FMA; whether the scorer uses it is decided in
+// backend.hpp.
 #pragma once
+
+#if defined(__AVX2__) && defined(__FMA__)
 
 #include <algorithm>
 #include <cstddef>
-#include <type_traits>
 
-#if defined(__AVX2__) && defined(__FMA__) && !defined(BIAFFINE_NO_GEMM_KERNEL)
 #include <immintrin.h>
-#define BIAFFINE_GEMM_KERNEL 1
-#else
-#define BIAFFINE_GEMM_KERNEL 0
-#endif
+
+#include "biaffine/config.hpp"
 
 namespace biaffine {
 namespace detail {
 
 /// Columns of one packed panel of the right side.
 constexpr std::size_t gemm_panel = 16;
-
-/// Whether gemm_bias_relu() has a kernel for T in this build.
-template <class T>
-constexpr bool gemm_supported() noexcept
-{
-    return BIAFFINE_GEMM_KERNEL && std::is_same<T, float>::value;
-}
 
 /// Floats of the packed right side for K x M: ceil(M / 16) panels of [K, 16].
 inline std::size_t gemm_packed_size(std::size_t K, std::size_t M) noexcept
@@ -66,8 +59,6 @@ struct gemm_epilogue {
     bool accumulate = false;
     bool trans = false;
 };
-
-#if BIAFFINE_GEMM_KERNEL
 
 // C[0..R, 0..cols) = epilogue(A[0..R, :] . P) for one panel P [K, 16] (rows
 // ldp apart). Always computes six rows (the missing ones repeat the last row
@@ -162,7 +153,7 @@ void gemm_loops(const float* a, std::ptrdiff_t lda, std::size_t N, std::size_t K
                 Stride&& ldp, gemm_epilogue ep, float* c, std::ptrdiff_t ldc)
 {
     const float* bias = ep.bias;
-    constexpr std::size_t row_block = 96;
+    constexpr std::size_t row_block = BIAFFINE_AVX2_ROW_BLOCK;
     for (std::size_t r0 = 0; r0 < N; r0 += row_block) {
         const std::size_t rn = std::min(row_block, N - r0);
         for (std::size_t j0 = 0; j0 < M; j0 += gemm_panel) {
@@ -180,22 +171,16 @@ void gemm_loops(const float* a, std::ptrdiff_t lda, std::size_t N, std::size_t K
         }
     }
 }
-#endif
 
 /// C [N, M] (row stride ldc) = epilogue(A [N, K] (row stride lda) . B),
 /// with B packed by gemm_pack_b: act(A B + bias [+ C]), act = relu or
-/// identity, `bias` [M] or null (see gemm_epilogue). Only where
-/// gemm_supported<float>().
+/// identity, `bias` [M] or null (see gemm_epilogue).
 inline void gemm_packed(const float* a, std::ptrdiff_t lda, std::size_t N, std::size_t K, const float* packed,
                         std::size_t M, const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc)
 {
-#if BIAFFINE_GEMM_KERNEL
     gemm_loops(
         a, lda, N, K, M, [&](std::size_t j0) { return packed + j0 * K; },
         [](std::size_t) { return static_cast<std::ptrdiff_t>(gemm_panel); }, ep, c, ldc);
-#else
-    (void)a, (void)lda, (void)N, (void)K, (void)packed, (void)M, (void)ep, (void)c, (void)ldc;
-#endif
 }
 
 /// C = relu(A B + bias) (or without relu), B packed: the projections.
@@ -216,21 +201,17 @@ inline void gemm_rowmajor_b(const float* a, std::ptrdiff_t lda, std::size_t N, s
                             std::ptrdiff_t ldb, std::size_t M, float* tail, float* c, std::ptrdiff_t ldc,
                             const gemm_epilogue& ep = {})
 {
-#if BIAFFINE_GEMM_KERNEL
     const std::size_t full = M / gemm_panel * gemm_panel;
     if (full < M) gemm_pack_b(b + full, ldb, 1, K, M - full, tail);
     gemm_loops(
         a, lda, N, K, M, [&](std::size_t j0) { return j0 < full ? b + j0 : tail; },
         [&](std::size_t j0) { return j0 < full ? ldb : static_cast<std::ptrdiff_t>(gemm_panel); }, ep, c, ldc);
-#else
-    (void)a, (void)lda, (void)N, (void)K, (void)b, (void)ldb, (void)M, (void)tail, (void)c, (void)ldc, (void)ep;
-#endif
 }
 
 /// S [M, N] (row stride lds) = (A [N, K] . B)^T with B packed by
 /// gemm_pack_b: S[m, r] = sum_k A[r, k] B[k, m]. For the per-split scores
 /// S = Va . Tr^T, computed as (Tr . Va^T)^T so that only Va^T (n columns) is
-/// packed, never the n * o rows of Tr. Only where gemm_supported<float>().
+/// packed, never the n * o rows of Tr.
 inline void gemm_store_transposed(const float* a, std::ptrdiff_t lda, std::size_t N, std::size_t K,
                                   const float* packed, std::size_t M, float* s, std::ptrdiff_t lds)
 {
@@ -239,31 +220,7 @@ inline void gemm_store_transposed(const float* a, std::ptrdiff_t lda, std::size_
     gemm_packed(a, lda, N, K, packed, M, ep, s, lds);
 }
 
-/// The relu's backward over one row, in place: d[j] = a[j] > 0 ? d[j] * scale
-/// : 0 (a select: a NaN or infinite d of a dead unit gives 0, as in Eigen and
-/// the reference), and db[j] += the result. A kernel for float: the compiler
-/// will not if-convert the select by itself.
-template <class T>
-void relu_backward_row(const T* a, std::size_t h, T scale, T* d, T* db)
-{
-    std::size_t j = 0;
-#if BIAFFINE_GEMM_KERNEL
-    if constexpr (std::is_same<T, float>::value) {
-        const __m256 s = _mm256_set1_ps(scale), zero = _mm256_setzero_ps();
-        for (; j + 8 <= h; j += 8) {
-            const __m256 keep = _mm256_cmp_ps(_mm256_loadu_ps(a + j), zero, _CMP_GT_OQ);
-            const __m256 g = _mm256_and_ps(keep, _mm256_mul_ps(_mm256_loadu_ps(d + j), s));
-            _mm256_storeu_ps(d + j, g);
-            _mm256_storeu_ps(db + j, _mm256_add_ps(_mm256_loadu_ps(db + j), g));
-        }
-    }
-#endif
-    for (; j < h; ++j) {
-        const T g = a[j] > T(0) ? d[j] * scale : T(0);
-        d[j] = g;
-        db[j] += g;
-    }
-}
-
 }  // namespace detail
 }  // namespace biaffine
+
+#endif  // __AVX2__ && __FMA__

@@ -1,0 +1,213 @@
+// biaffine/detail/compute/eigen_backend.hpp - the scorer's compute on Eigen's
+// products: every scalar type, every CPU.
+//
+// The bilinear part is two GEMMs per split and no transposed copies: T = Ua
+// W' with W' = [hu, o * hv] (one GEMM per label straight from W's memory, so
+// the weights are never copied), then T viewed as `[n * o, hv]` gives S_flat
+// = Va T^T, which is S[m, l, o] row-major. The first GEMM is row-wise, so it
+// runs on the packed rows of a whole batch; only the second needs the split
+// boundaries. Short splits skip the GEMM's packing (row_dots.hpp).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+
+#include "biaffine/config.hpp"
+#include "biaffine/detail/compute/operands.hpp"
+#include "biaffine/detail/eigen.hpp"
+#include "biaffine/detail/row_dots.hpp"
+#include "biaffine/tensor.hpp"
+
+namespace biaffine {
+namespace detail {
+
+/// T = Ua . W' : `Ua [N, hu]`, `W [o, hu, hv]` (row-major memory), `T [N, o * hv]`.
+template <class T>
+void bilinear_left(const_row_map<T> ua, const T* w, std::size_t labels, std::size_t hv, row_map<T> t)
+{
+    const auto hu = ua.cols();
+    const auto hv_i = static_cast<Eigen::Index>(hv);
+    for (std::size_t k = 0; k < labels; ++k) {
+        Eigen::Map<const row_matrix<T>> wk(w + k * static_cast<std::size_t>(hu) * hv, hu, hv_i);
+        t.middleCols(static_cast<Eigen::Index>(k) * hv_i, hv_i).noalias() = ua * wk;
+    }
+}
+
+/// Backward of bilinear_left: `dUa = dT . W'^T` (overwritten) and
+/// `dW += Ua^T . dT` (accumulated).
+template <class T>
+void bilinear_left_backward(const_row_map<T> ua, const T* w, std::size_t labels, std::size_t hv,
+                            const_row_map<T> dt, row_map<T> dua, T* dw)
+{
+    const auto hu = ua.cols();
+    const auto hv_i = static_cast<Eigen::Index>(hv);
+    dua.setZero();
+    for (std::size_t k = 0; k < labels; ++k) {
+        const std::size_t off = k * static_cast<std::size_t>(hu) * hv;
+        Eigen::Map<const row_matrix<T>> wk(w + off, hu, hv_i);
+        Eigen::Map<row_matrix<T>> dwk(dw + off, hu, hv_i);
+        const auto dtk = dt.middleCols(static_cast<Eigen::Index>(k) * hv_i, hv_i);
+        dua.noalias() += dtk * wk.transpose();
+        dwk.noalias() += ua.transpose() * dtk;
+    }
+}
+
+/// Whether a split's scores skip the packed GEMM for row_dots (forward) and
+/// row_combos (backward): see BIAFFINE_ROW_DOTS_MAX_N in config.hpp.
+inline bool use_row_dots(Eigen::Index n, std::size_t labels)
+{
+    return n <= BIAFFINE_ROW_DOTS_MAX_N && static_cast<std::size_t>(n) * labels <= BIAFFINE_ROW_DOTS_MAX_ROWS;
+}
+inline bool use_row_combos(Eigen::Index n, std::size_t labels)
+{
+    return n <= BIAFFINE_ROW_DOTS_MAX_N && static_cast<std::size_t>(n) * labels <= BIAFFINE_ROW_COMBOS_MAX_ROWS;
+}
+
+/// Scores of one split: `S [n, n * o] = Va [n, hv] . Tr^T` with `Tr` the
+/// split's rows of T viewed as `[n * o, hv]` (contiguous: T is row-major).
+template <class T>
+void bilinear_right(const_row_map<T> va, const T* t_rows, std::size_t labels, score_view<T> s)
+{
+    const auto n = va.rows();
+    const auto hv = va.cols();
+    if (n == 0) return;
+    const auto no = n * static_cast<Eigen::Index>(labels);
+    if (use_row_dots(n, labels)) {
+        // Short splits (most of a document's): dot products straight from the
+        // operands beat a packed GEMM, see row_dots.hpp.
+        row_dots(va.data(), va.outerStride(), n, t_rows, hv, no, hv, s.data, s.row_stride);
+        return;
+    }
+    Eigen::Map<const row_matrix<T>> tr(t_rows, no, hv);
+    s.map().noalias() = va * tr.transpose();
+}
+
+/// Backward of bilinear_right for one split: `dVa = dS . Tr` and
+/// `dTr = dS^T . Va` (both overwritten).
+template <class T>
+void bilinear_right_backward(const_row_map<T> va, const T* t_rows, std::size_t labels,
+                             score_view<const T> ds, row_map<T> dva, T* dt_rows)
+{
+    const auto n = va.rows();
+    const auto hv = va.cols();
+    if (n == 0) return;
+    const auto no = n * static_cast<Eigen::Index>(labels);
+    if (use_row_combos(n, labels)) {
+        row_combos(ds.data, ds.row_stride, 1, n, no, t_rows, hv, hv, dva.data(), dva.outerStride());
+        row_combos(ds.data, 1, ds.row_stride, no, n, va.data(), va.outerStride(), hv, dt_rows, hv);
+        return;
+    }
+    Eigen::Map<const row_matrix<T>> tr(t_rows, no, hv);
+    Eigen::Map<row_matrix<T>> dtr(dt_rows, no, hv);
+    const auto dsm = ds.map();
+    dva.noalias() = dsm * tr;
+    dtr.noalias() = dsm.transpose() * va;
+}
+
+/// The scorer's compute on Eigen. Every operation of a backend, with the
+/// shapes the scorer passes (N packed rows of a batch, h = hidden):
+///
+///   packed_elements(d, max_len)        scratch elements the inference path carves for `packed`
+///   train_packed_elements(d, max_len)  the same for training (forward and backward)
+///   projections(d, w, xp, N, u, v, packed)
+///       u [N, hu] = relu(xp Wh^T + bh) | 1,  v [N, hv] = relu(xp Wd^T + bd) | 1
+///   bilinear_left(d, w, u, N, t, packed)           t [N, o * hv] = u W'
+///   split_scores(va, t_rows, o, s, packed)          one split's s [n, n * o] = va Tr^T
+///   split_scores_backward(va, t_rows, o, ds, dva, dt_rows)
+///   bilinear_left_backward(d, w, u, N, dt, du, dw, packed)   du = dT W'^T, dW += u^T dT
+///   relu_backward(d, a, width, N, scale, dz, db)   dz through relu (and dropout's scale), db += sums
+///   input_backward(d, w, g, X, off, N, dzu, dzv, xp, packed)
+///       dWh += dZu^T X, dWd += dZv^T X, xp [N, n_in] = dZu Wh + dZv Wd
+template <class T>
+struct eigen_backend {
+    static constexpr const char* name = "eigen";
+
+    static std::size_t packed_elements(const scorer_dims&, std::size_t) noexcept { return 0; }
+    static std::size_t train_packed_elements(const scorer_dims&, std::size_t) noexcept { return 0; }
+
+    static void projections(const scorer_dims& d, const weights_ref<T>& w, const T* xp, std::size_t N, T* u, T* v,
+                            T*)
+    {
+        project(d, xp, N, w.wh, w.bh, d.bias_u, u);
+        project(d, xp, N, w.wd, w.bd, d.bias_v, v);
+    }
+
+    static void bilinear_left(const scorer_dims& d, const T* w, const T* u, std::size_t N, T* t, T*)
+    {
+        detail::bilinear_left<T>(const_row_block(u, N, d.hu()), w, d.labels, d.hv(),
+                                 row_block(t, N, d.labels * d.hv()));
+    }
+
+    static void split_scores(const_row_map<T> va, const T* t_rows, std::size_t labels, score_view<T> s, T*)
+    {
+        bilinear_right<T>(va, t_rows, labels, s);
+    }
+
+    static void split_scores_backward(const_row_map<T> va, const T* t_rows, std::size_t labels,
+                                      score_view<const T> ds, row_map<T> dva, T* dt_rows)
+    {
+        bilinear_right_backward<T>(va, t_rows, labels, ds, dva, dt_rows);
+    }
+
+    static void bilinear_left_backward(const scorer_dims& d, const T* w, const T* u, std::size_t N, const T* dt,
+                                       T* du, T* dw, T*)
+    {
+        detail::bilinear_left_backward<T>(const_row_block(u, N, d.hu()), w, d.labels, d.hv(),
+                                          const_row_block(dt, N, d.labels * d.hv()), row_block(du, N, d.hu()), dw);
+    }
+
+    /// dZ = dA where the unit came out positive (scaled like the kept units
+    /// under dropout), else 0 - a select, so a NaN or infinite dA of a dead
+    /// unit gives 0 - in place over the first h of each row of `dz` ([N,
+    /// width], like `a`); db += the column sums of dZ.
+    static void relu_backward(const scorer_dims& d, const T* a, std::size_t width, std::size_t N, T scale, T* dz,
+                              T* db)
+    {
+        for (std::size_t r = 0; r < N; ++r) {
+            const T* ar = a + r * width;
+            T* dr = dz + r * width;
+            for (std::size_t j = 0; j < d.hidden; ++j) {
+                const T g = ar[j] > T(0) ? dr[j] * scale : T(0);
+                dr[j] = g;
+                db[j] += g;
+            }
+        }
+    }
+
+    template <class Items>
+    static void input_backward(const scorer_dims& d, const weights_ref<T>& w, const grads_ref<T>& g, const Items& X,
+                               const std::size_t* off, std::size_t N, const T* dzu, const T* dzv, T* xp, T*)
+    {
+        const auto h = static_cast<Eigen::Index>(d.hidden), n_in = static_cast<Eigen::Index>(d.n_in);
+        gather_rows(X, off, d.n_in, xp);
+        const auto x = const_row_block(xp, N, d.n_in);
+        const auto zu = const_row_block(dzu, N, d.hu()).leftCols(h);
+        const auto zv = const_row_block(dzv, N, d.hv()).leftCols(h);
+        Eigen::Map<row_matrix<T>> dwh(g.wh, h, n_in), dwd(g.wd, h, n_in);
+        dwh.noalias() += zu.transpose() * x;
+        dwd.noalias() += zv.transpose() * x;
+        // dX = dZu Wh + dZv Wd, into the packed buffer X no longer needs.
+        Eigen::Map<const row_matrix<T>> wh(w.wh, h, n_in), wd(w.wd, h, n_in);
+        auto dxp = row_block(xp, N, d.n_in);
+        dxp.noalias() = zu * wh;
+        dxp.noalias() += zv * wd;
+    }
+
+private:
+    // out [N, h + bias] = relu(xp W^T + b), with the trailing column of ones.
+    static void project(const scorer_dims& d, const T* xp, std::size_t N, const T* w, const T* b, bool bias, T* out)
+    {
+        if (N == 0) return;
+        const std::size_t h = d.hidden, width = h + (bias ? 1 : 0);
+        auto o = row_block(out, N, width);
+        Eigen::Map<const row_matrix<T>> wm(w, static_cast<Eigen::Index>(h), static_cast<Eigen::Index>(d.n_in));
+        Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>> bv(b, static_cast<Eigen::Index>(h));
+        auto left = o.leftCols(static_cast<Eigen::Index>(h));
+        left.noalias() = const_row_block(xp, N, d.n_in) * wm.transpose();
+        left = (left.rowwise() + bv).cwiseMax(T(0));
+        if (bias) o.col(static_cast<Eigen::Index>(h)).setOnes();
+    }
+};
+
+}  // namespace detail
+}  // namespace biaffine

@@ -1,0 +1,56 @@
+// biaffine/detail/compute/operands.hpp - what the scorer hands its compute
+// backend: the sizes, the parameters, the packed rows of a batch.
+#pragma once
+
+#include <cstddef>
+
+#include "biaffine/tensor.hpp"
+
+namespace biaffine {
+namespace detail {
+
+/// The sizes every compute operation of the scorer needs.
+struct scorer_dims {
+    std::size_t n_in = 0;   ///< input width
+    std::size_t hidden = 0; ///< h
+    std::size_t labels = 1; ///< o
+    bool bias_u = true;     ///< head side carries a column of ones
+    bool bias_v = true;     ///< dependent side carries a column of ones
+    std::size_t hu() const noexcept { return hidden + (bias_u ? 1 : 0); } ///< head width of W
+    std::size_t hv() const noexcept { return hidden + (bias_v ? 1 : 0); } ///< dependent width of W
+};
+
+/// The parameters, row-major: Wh, Wd `[h, n_in]`, bh, bd `[h]`, W `[o, hu, hv]`.
+template <class T>
+struct weights_ref {
+    const T* wh;
+    const T* bh;
+    const T* wd;
+    const T* bd;
+    const T* w;
+};
+
+/// Their gradients, same layouts; every backend accumulates into them.
+template <class T>
+struct grads_ref {
+    T* wh;
+    T* bh;
+    T* wd;
+    T* bd;
+    T* w;
+};
+
+/// Copies the splits `X[k]` (any strides) into the packed rows `xp [N,
+/// n_in]`, split k from row off[k].
+template <class Items, class T>
+void gather_rows(const Items& X, const std::size_t* off, std::size_t n_in, T* xp)
+{
+    for (std::size_t k = 0; k < X.size(); ++k) {
+        const auto v = read_only(X[k]);
+        if (v.rows == 0) continue;
+        row_block(xp + off[k] * n_in, v.rows, n_in) = v.map();
+    }
+}
+
+}  // namespace detail
+}  // namespace biaffine

@@ -1,0 +1,357 @@
+// biaffine/detail/scorer_forward.hpp - the scorer's forward and backward over
+// split lists: gather the splits into packed rows, project, T = U W', then
+// one score block per split; backward the same in reverse. Each product is
+// the compute backend's (detail/compute/backend.hpp); what is here is the
+// order of operations, dropout, the softmax and what is kept for backward.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <utility>
+
+#include "biaffine/detail/checked.hpp"
+#include "biaffine/detail/compute/backend.hpp"
+#include "biaffine/detail/eigen.hpp"
+#include "biaffine/errors.hpp"
+#include "biaffine/scorer.hpp"
+#include "biaffine/tensor.hpp"
+#include "biaffine/workspace.hpp"
+
+namespace biaffine {
+namespace detail {
+
+// In-place softmax of one split's scores over the last axis: heads when there
+// is one label, labels otherwise.
+template <class T>
+void softmax_last_axis(score_view<T> s)
+{
+    const std::size_t group = s.labels == 1 ? s.n : s.labels;
+    const std::size_t groups_per_row = s.labels == 1 ? 1 : s.n;
+    for (std::size_t m = 0; m < s.n; ++m) {
+        T* row = s.data + static_cast<std::ptrdiff_t>(m) * s.row_stride;
+        for (std::size_t g = 0; g < groups_per_row; ++g) {
+            // Eigen's array exp is vectorised (std::exp in a loop is not).
+            Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> x(row + g * group, static_cast<Eigen::Index>(group));
+            if (group == 0) continue;
+            x = (x - x.maxCoeff()).exp();
+            x /= x.sum();
+        }
+    }
+}
+
+// dS = Y * (dY - sum(dY * Y)) over the softmax axis, into `ds` (dense).
+template <class T>
+void softmax_backward(score_view<const T> y, score_view<const T> dy, score_view<T> ds)
+{
+    const std::size_t group = y.labels == 1 ? y.n : y.labels;
+    const std::size_t groups_per_row = y.labels == 1 ? 1 : y.n;
+    for (std::size_t m = 0; m < y.n; ++m) {
+        const T* yr = y.data + static_cast<std::ptrdiff_t>(m) * y.row_stride;
+        const T* dyr = dy.data + static_cast<std::ptrdiff_t>(m) * dy.row_stride;
+        T* dsr = ds.data + static_cast<std::ptrdiff_t>(m) * ds.row_stride;
+        for (std::size_t g = 0; g < groups_per_row; ++g) {
+            using array = Eigen::Array<T, Eigen::Dynamic, 1>;
+            const auto len = static_cast<Eigen::Index>(group);
+            const Eigen::Map<const array> yg(yr + g * group, len), dyg(dyr + g * group, len);
+            Eigen::Map<array>(dsr + g * group, len) = yg * (dyg - (yg * dyg).sum());
+        }
+    }
+}
+
+// Elements of a packed `[rows, cols...]` buffer of T, checked (in bytes too).
+template <class T, class... Ts>
+std::size_t packed_count(const char* what, std::uint64_t rows, Ts... cols)
+{
+    return to_index_size(checked_product(what, rows, cols..., sizeof(T)), what) / sizeof(T);
+}
+
+// A dense `[n, n, o]` view of one split's owned scores.
+template <class T, class S>
+score_view<T> dense_scores(S& s)
+{
+    const std::size_t n = s.shape()[0];
+    const std::size_t o = s.dimension() == 3 ? s.shape()[2] : 1;
+    return {s.data(), n, o, static_cast<std::ptrdiff_t>(n * o)};
+}
+
+}  // namespace detail
+
+// ------------------------------------------------------------ public calls
+
+template <class T>
+template <class Items>
+score_list<T> biaffine_scorer<T>::predict(const Items& X) const
+{
+    score_list<T> Y;
+    Y.reserve(X.size());
+    for (std::size_t k = 0; k < X.size(); ++k) Y.push_back(new_scores(X[k].rows));
+    predict_into(X, [&](std::size_t k, std::size_t) { return detail::dense_scores<T>(Y[k]); },
+                 [](std::size_t, score_view<T>) {});
+    return Y;
+}
+
+template <class T>
+template <class Items, class Sink>
+void biaffine_scorer<T>::predict_stream(const Items& X, Sink&& sink) const
+{
+    std::size_t max_n = 0;
+    for (std::size_t k = 0; k < X.size(); ++k) max_n = std::max(max_n, X[k].rows);
+    const std::size_t o = cfg_.labels;
+    scratch<T> s(detail::to_index_size(detail::checked_product("stream", max_n, max_n, o), "stream"));
+    predict_into(
+        X, [&](std::size_t, std::size_t n) { return score_view<T>{s.data(), n, o, static_cast<std::ptrdiff_t>(n * o)}; },
+        [&](std::size_t k, score_view<T> y) { sink(k, score_view<const T>{y.data, y.n, y.labels, y.row_stride}); });
+}
+
+template <class T>
+template <class Items>
+std::pair<score_list<T>, typename biaffine_scorer<T>::backprop_type> biaffine_scorer<T>::forward(const Items& X,
+                                                                                                  mode m)
+{
+    score_list<T> Y;
+    Y.reserve(X.size());
+    for (std::size_t k = 0; k < X.size(); ++k) Y.push_back(new_scores(X[k].rows));
+    backprop_type bp = forward_into(X, m, [&](std::size_t k, std::size_t) { return detail::dense_scores<T>(Y[k]); });
+    return {std::move(Y), std::move(bp)};
+}
+
+// ---------------------------------------------------------------- helpers
+
+// One split's `[n, n(, o)]` output; its size is checked before xtensor
+// multiplies the shape out unchecked.
+template <class T>
+score_tensor<T> biaffine_scorer<T>::new_scores(std::size_t n) const
+{
+    detail::to_index_size(detail::checked_product("split scores", n, n, cfg_.labels, sizeof(T)), "split scores");
+    return score_tensor<T>(score_shape(n));
+}
+
+template <class T>
+template <class Items>
+void biaffine_scorer<T>::check_items(const Items& X) const
+{
+    for (std::size_t k = 0; k < X.size(); ++k) {
+        if (X[k].cols != cfg_.n_in) {
+            throw shape_error(detail::msg("scorer: split ", k, " has width ", X[k].cols,
+                                          ", the weights expect n_in = ", cfg_.n_in));
+        }
+    }
+}
+
+// Row offsets of the splits in the packed batch; returns the total.
+template <class T>
+template <class Items>
+std::size_t biaffine_scorer<T>::fill_offsets(const Items& X, std::size_t* off) const
+{
+    std::uint64_t total = 0;
+    for (std::size_t k = 0; k < X.size(); ++k) {
+        off[k] = static_cast<std::size_t>(total);
+        total = detail::checked_add(total, X[k].rows, "packed rows");
+    }
+    off[X.size()] = static_cast<std::size_t>(total);
+    return detail::to_index_size(total, "packed rows");
+}
+
+// One mask per split and feature, shared over the split's tokens; kept units
+// scaled by 1 / (1 - p). Drawn from a per-batch seed so backward can redraw
+// the same masks when it recomputes the forward.
+template <class T>
+void biaffine_scorer<T>::dropout(std::uint64_t seed, T* u, T* v, const std::size_t* off, std::size_t count) const
+{
+    std::mt19937_64 gen(seed);
+    const double p = cfg_.dropout;
+    const T scale = static_cast<T>(1.0 / (1.0 - p));
+    tracked_vector<T> mask(cfg_.hidden);
+    for (T* a : {u, v}) {
+        const std::size_t width = a == u ? hu() : hv();
+        for (std::size_t k = 0; k < count; ++k) {
+            for (auto& m : mask) m = detail::uniform01(gen) < p ? T(0) : scale;
+            for (std::size_t r = off[k]; r < off[k + 1]; ++r) {
+                for (std::size_t j = 0; j < cfg_.hidden; ++j) a[r * width + j] *= mask[j];
+            }
+        }
+    }
+}
+
+// U, V (after relu and dropout) and T for the packed rows of X; `packed`
+// holds packed_elements(max_len) (the backend's scratch).
+template <class T>
+template <class Items>
+void biaffine_scorer<T>::forward_activations(const Items& X, const std::size_t* off, std::size_t N, bool drop,
+                                             std::uint64_t seed, T* u, T* v, T* t, T* packed) const
+{
+    using backend = detail::compute_backend<T>;
+    {
+        scratch<T> xp(detail::to_index_size(detail::checked_mul(N, cfg_.n_in, "packed input"), "packed input"));
+        detail::gather_rows(X, off, cfg_.n_in, xp.data());
+        backend::projections(dims(), weights(), xp.data(), N, u, v, packed);
+    }
+    if (drop) dropout(seed, u, v, off, X.size());
+    if (N == 0) return;
+    backend::bilinear_left(dims(), w_.data(), u, N, t, packed);
+}
+
+// Inference: the activations in scratch, then each split's scores into
+// `dest(k, n)` and `done(k, scores)` called once they are there.
+template <class T>
+template <class Items, class Dest, class Done>
+void biaffine_scorer<T>::predict_into(const Items& X, Dest&& dest, Done&& done) const
+{
+    check_items(X);
+    const std::size_t count = X.size(), o = cfg_.labels;
+    scratch<std::size_t> off(count + 1);
+    const std::size_t N = fill_offsets(X, off.data());
+    scratch<T> u(detail::packed_count<T>("packed U", N, hu()));
+    scratch<T> v(detail::packed_count<T>("packed V", N, hv()));
+    scratch<T> t(detail::packed_count<T>("packed T", N, o, hv()));
+    scratch<T> packed(packed_elements(detail::max_split_rows(off.data(), count)));
+    forward_activations(X, off.data(), N, false, 0, u.data(), v.data(), t.data(), packed.data());
+    for (std::size_t k = 0; k < count; ++k) {
+        const std::size_t n = off[k + 1] - off[k];
+        score_view<T> s = dest(k, n);
+        detail::compute_backend<T>::split_scores(detail::const_row_block(v.data() + off[k] * hv(), n, hv()),
+                                                 t.data() + off[k] * o * hv(), o, s, packed.data());
+        done(k, s);
+    }
+}
+
+template <class T>
+template <class Items, class Dest>
+typename biaffine_scorer<T>::backprop_type biaffine_scorer<T>::forward_into(const Items& X, mode m, Dest&& dest)
+{
+    using backend = detail::compute_backend<T>;
+    check_items(X);
+    const std::size_t count = X.size(), o = cfg_.labels;
+    saved_batch sb;
+    sb.off.resize(count + 1);
+    const std::size_t N = fill_offsets(X, sb.off.data());
+    sb.views.resize(count);
+    for (std::size_t k = 0; k < count; ++k) sb.views[k] = detail::read_only(X[k]);
+    sb.train = m == mode::train;
+    sb.drop = sb.train && cfg_.dropout > 0.0;
+    sb.seed = sb.drop ? rng_() : 0;
+    const bool keep = !cfg_.recompute_in_backward;
+    sb.kept = keep;
+    // Kept activations are tensors that move into the callback; recomputed
+    // ones are workspace scratch that dies with this call.
+    const std::size_t n_u = detail::packed_count<T>("packed U", N, hu());
+    const std::size_t n_v = detail::packed_count<T>("packed V", N, hv());
+    const std::size_t n_t = detail::packed_count<T>("packed T", N, o, hv());
+    scratch<T> u_tmp(keep ? 0 : n_u), v_tmp(keep ? 0 : n_v), t_tmp(keep ? 0 : n_t);
+    if (keep) {
+        sb.u = tensor<T, 2>::from_shape({N, hu()});
+        sb.v = tensor<T, 2>::from_shape({N, hv()});
+        sb.t = tensor<T, 2>::from_shape({N, o * hv()});
+    }
+    T* u = keep ? sb.u.data() : u_tmp.data();
+    T* v = keep ? sb.v.data() : v_tmp.data();
+    T* t = keep ? sb.t.data() : t_tmp.data();
+    scratch<T> packed(packed_elements(detail::max_split_rows(sb.off.data(), count)));
+    forward_activations(X, sb.off.data(), N, sb.drop, sb.seed, u, v, t, packed.data());
+    const bool keep_y = sb.train && keep;
+    if (keep_y) {
+        sb.y_off.resize(count + 1);
+        std::uint64_t total = 0;
+        for (std::size_t k = 0; k < count; ++k) {
+            sb.y_off[k] = static_cast<std::size_t>(total);
+            const std::size_t n = sb.off[k + 1] - sb.off[k];
+            total = detail::checked_add(total, detail::checked_product("saved scores", n, n, o), "saved scores");
+        }
+        sb.y_off[count] = static_cast<std::size_t>(total);
+        sb.ys = tensor<T, 1>::from_shape({detail::to_index_size(total, "saved scores")});
+    }
+    for (std::size_t k = 0; k < count; ++k) {
+        const std::size_t n = sb.off[k + 1] - sb.off[k];
+        score_view<T> s = dest(k, n);
+        backend::split_scores(detail::const_row_block(v + sb.off[k] * hv(), n, hv()), t + sb.off[k] * o * hv(), o, s,
+                              packed.data());
+        if (sb.train) detail::softmax_last_axis(s);
+        if (keep_y) detail::row_block(sb.ys.data() + sb.y_off[k], n, n * o) = s.map();
+    }
+    return backprop_type([this, sb = std::move(sb)](span<const score_view<const T>> dY,
+                                                    span<const seq_view<T>> dX) { backward(sb, dY, dX); });
+}
+
+template <class T>
+void biaffine_scorer<T>::backward(const saved_batch& sb, span<const score_view<const T>> dY,
+                                  span<const seq_view<T>> dX)
+{
+    using backend = detail::compute_backend<T>;
+    const std::size_t count = sb.views.size(), o = cfg_.labels, n_in = cfg_.n_in;
+    if (dY.size() != count || dX.size() != count) {
+        throw shape_error(detail::msg("scorer backprop: expected ", count, " split gradients, got ", dY.size(),
+                                      " score gradients and ", dX.size(), " input gradient slots"));
+    }
+    for (std::size_t k = 0; k < count; ++k) {
+        const std::size_t n = sb.views[k].rows;
+        detail::check_score_grad("scorer backprop", k, dY[k], n, o);
+        if (dX[k].rows != n || dX[k].cols != n_in) {
+            throw shape_error(detail::msg("scorer backprop: split ", k, ": input gradient slot is [", dX[k].rows,
+                                          ", ", dX[k].cols, "], expected [", n, ", ", n_in, "]"));
+        }
+    }
+    const std::size_t N = sb.off[count];
+    const std::size_t* off = sb.off.data();
+    const std::size_t max_n = detail::max_split_rows(off, count);
+    const bool keep = sb.kept;
+    // Recomputed activations (recompute_in_backward) live in scratch.
+    const std::size_t n_u = detail::packed_count<T>("packed U", N, hu());
+    const std::size_t n_v = detail::packed_count<T>("packed V", N, hv());
+    const std::size_t n_t = detail::packed_count<T>("packed T", N, o, hv());
+    const std::size_t n_s = detail::packed_count<T>("split scores", max_n, max_n, o);
+    scratch<T> u_tmp(keep ? 0 : n_u), v_tmp(keep ? 0 : n_v), t_tmp(keep ? 0 : n_t);
+    scratch<T> y_tmp(keep || !sb.train ? 0 : n_s);
+    scratch<T> packed(train_packed_elements(max_n));
+    const T* u = keep ? sb.u.data() : u_tmp.data();
+    const T* v = keep ? sb.v.data() : v_tmp.data();
+    const T* t = keep ? sb.t.data() : t_tmp.data();
+    if (!keep) {
+        forward_activations(sb.views, off, N, sb.drop, sb.seed, u_tmp.data(), v_tmp.data(), t_tmp.data(),
+                            packed.data());
+    }
+    scratch<T> dt(n_t);
+    scratch<T> dv(n_v);
+    scratch<T> du(n_u);
+    scratch<T> ds(sb.train ? n_s : 0);
+    scratch<T> xp(detail::packed_count<T>("packed input", N, n_in));
+    for (std::size_t k = 0; k < count; ++k) {
+        const std::size_t n = sb.views[k].rows;
+        const auto va = detail::const_row_block(v + off[k] * hv(), n, hv());
+        const T* t_rows = t + off[k] * o * hv();
+        score_view<const T> g = dY[k];
+        if (sb.train) {
+            const auto dense = static_cast<std::ptrdiff_t>(n * o);
+            score_view<const T> y{sb.ys.data() + (keep ? sb.y_off[k] : 0), n, o, dense};
+            if (!keep) {
+                score_view<T> yt{y_tmp.data(), n, o, dense};
+                backend::split_scores(va, t_rows, o, yt, packed.data());
+                detail::softmax_last_axis(yt);
+                y = {yt.data, n, o, dense};
+            }
+            score_view<T> d{ds.data(), n, o, dense};
+            detail::softmax_backward<T>(y, g, d);
+            g = {d.data, n, o, dense};
+        }
+        backend::split_scores_backward(va, t_rows, o, g, detail::row_block(dv.data() + off[k] * hv(), n, hv()),
+                                       dt.data() + off[k] * o * hv());
+    }
+    if (N == 0) return;
+    backend::bilinear_left_backward(dims(), w_.data(), u, N, dt.data(), du.data(), dw_.data(), packed.data());
+    // Through relu and dropout: a unit passed gradient iff it came out
+    // positive, scaled like the kept units.
+    const T scale = sb.drop ? static_cast<T>(1.0 / (1.0 - cfg_.dropout)) : T(1);
+    backend::relu_backward(dims(), u, hu(), N, scale, du.data(), dbh_.data());
+    backend::relu_backward(dims(), v, hv(), N, scale, dv.data(), dbd_.data());
+    backend::input_backward(dims(), weights(), grads(), sb.views, off, N, du.data(), dv.data(), xp.data(),
+                            packed.data());
+    const auto dxp = detail::const_row_block(xp.data(), N, n_in);
+    for (std::size_t k = 0; k < count; ++k) {
+        const std::size_t n = sb.views[k].rows;
+        if (n == 0) continue;
+        dX[k].map() = dxp.middleRows(static_cast<Eigen::Index>(off[k]), static_cast<Eigen::Index>(n));
+    }
+}
+
+}  // namespace biaffine

@@ -1,0 +1,127 @@
+// biaffine/detail/scorer_padded.hpp - the scorer's padded interface, the
+// reference module's: `x [b, L, n_in]` plus lengths in, `[b, L, L(, o)]` out.
+// Each sequence becomes a view of its first `length` rows and runs through
+// the split-list path, so padding costs no FLOPs; padded cells are filled
+// with what the reference holds there.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "biaffine/detail/checked.hpp"
+#include "biaffine/errors.hpp"
+#include "biaffine/scorer.hpp"
+#include "biaffine/tensor.hpp"
+
+namespace biaffine {
+
+template <class T>
+template <class X3, class Lengths>
+score_array<T> biaffine_scorer<T>::predict_padded(const X3& x, const Lengths& lengths) const
+{
+    const auto views = padded_views(x, lengths);
+    const std::size_t b = x.shape()[0], L = x.shape()[1], o = cfg_.labels;
+    score_array<T> y = score_array<T>::from_shape(padded_shape(b, L));
+    predict_into(views, [&](std::size_t k, std::size_t n) { return padded_scores(y.data(), k, n, L, o); },
+                 [](std::size_t, score_view<T>) {});
+    fill_padding(y, views, mode::eval);
+    return y;
+}
+
+template <class T>
+template <class X3, class Lengths>
+std::pair<score_array<T>, typename biaffine_scorer<T>::padded_backprop_type>
+biaffine_scorer<T>::forward_padded(const X3& x, const Lengths& lengths, mode m)
+{
+    auto views = padded_views(x, lengths);
+    const std::size_t b = x.shape()[0], L = x.shape()[1], o = cfg_.labels, n_in = cfg_.n_in;
+    score_array<T> y = score_array<T>::from_shape(padded_shape(b, L));
+    backprop_type inner =
+        forward_into(views, m, [&](std::size_t k, std::size_t n) { return padded_scores(y.data(), k, n, L, o); });
+    fill_padding(y, views, m);
+    tracked_vector<std::size_t> lens(b);
+    for (std::size_t k = 0; k < b; ++k) lens[k] = views[k].rows;
+    auto shape = y.shape();
+    padded_backprop_type bp([inner = std::move(inner), lens = std::move(lens), shape, L, o,
+                             n_in](const score_array<T>& dy) mutable {
+        if (!std::equal(dy.shape().begin(), dy.shape().end(), shape.begin(), shape.end())) {
+            throw shape_error(detail::msg(
+                "forward_padded backprop: dy must have the output's shape ",
+                detail::shape_str(std::vector<std::size_t>(shape.begin(), shape.end())), ", got ",
+                detail::shape_str(std::vector<std::size_t>(dy.shape().begin(), dy.shape().end()))));
+        }
+        const std::size_t b = lens.size();
+        detail::to_index_size(detail::checked_product("padded input gradient", b, L, n_in, sizeof(T)),
+                              "padded input gradient");
+        tensor<T, 3> dx = xt::zeros<T>({b, L, n_in});
+        tracked_vector<score_view<const T>> dys(b);
+        tracked_vector<seq_view<T>> dxs(b);
+        for (std::size_t k = 0; k < b; ++k) {
+            dys[k] = padded_scores(dy.data(), k, lens[k], L, o);
+            dxs[k] = {dx.data() + k * L * n_in, lens[k], n_in, static_cast<std::ptrdiff_t>(n_in), 1};
+        }
+        inner(span<const score_view<const T>>(dys.data(), b), span<const seq_view<T>>(dxs.data(), b));
+        return dx;
+    });
+    return {std::move(y), std::move(bp)};
+}
+
+template <class T>
+typename score_array<T>::shape_type biaffine_scorer<T>::padded_shape(std::size_t b, std::size_t L) const
+{
+    detail::checked_product("padded scores", b, L, L, cfg_.labels, sizeof(T));
+    if (cfg_.labels == 1) return {b, L, L};
+    return {b, L, L, cfg_.labels};
+}
+
+template <class T>
+template <class X3, class Lengths>
+tracked_vector<seq_view<const T>> biaffine_scorer<T>::padded_views(const X3& x, const Lengths& lengths) const
+{
+    if (x.dimension() != 3) {
+        throw shape_error(detail::msg("padded input: expected x [b, L, n_in], got ", x.dimension(), " dimensions"));
+    }
+    const std::size_t b = x.shape()[0], L = x.shape()[1];
+    if (x.shape()[2] != cfg_.n_in) {
+        throw shape_error(detail::msg("padded input: x is [", b, ", ", L, ", ", x.shape()[2],
+                                      "] but the scorer expects n_in = ", cfg_.n_in));
+    }
+    if (static_cast<std::size_t>(lengths.size()) != b) {
+        throw shape_error(detail::msg("padded input: ", lengths.size(), " lengths for a batch of ", b));
+    }
+    tracked_vector<seq_view<const T>> views(b);
+    const auto st = x.strides();
+    for (std::size_t k = 0; k < b; ++k) {
+        const auto len = lengths[k];
+        if (len < 0 || static_cast<std::size_t>(len) > L) {
+            throw length_error(detail::msg("padded input: sequence ", k, " has length ", len, ", expected 0..", L));
+        }
+        views[k] = {x.data() + x.data_offset() + static_cast<std::ptrdiff_t>(k) * st[0], static_cast<std::size_t>(len),
+                    cfg_.n_in, L > 1 ? static_cast<std::ptrdiff_t>(st[1]) : static_cast<std::ptrdiff_t>(cfg_.n_in),
+                    cfg_.n_in > 1 ? static_cast<std::ptrdiff_t>(st[2]) : 1};
+    }
+    return views;
+}
+
+// Padded cells: the mask value in eval (what a masked logit is), 0 in train
+// (what the softmax gives a masked head).
+template <class T>
+template <class Views>
+void biaffine_scorer<T>::fill_padding(score_array<T>& y, const Views& views, mode m) const
+{
+    const std::size_t b = y.shape()[0], L = y.shape()[1], o = cfg_.labels;
+    const T pad = m == mode::train ? T(0) : mask_value<T>();
+    for (std::size_t k = 0; k < b; ++k) {
+        const std::size_t n = views[k].rows;
+        T* base = y.data() + k * L * L * o;
+        for (std::size_t r = 0; r < L; ++r) {
+            T* row = base + r * L * o;
+            const std::size_t first = r < n ? n * o : 0;
+            std::fill(row + first, row + L * o, pad);
+        }
+    }
+}
+
+}  // namespace biaffine
