@@ -21,7 +21,7 @@ seconds=${1:-60}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(fuzz_batching fuzz_pipeline fuzz_lazy_split fuzz_mst)
+  targets=(fuzz_batching fuzz_pipeline fuzz_lazy_split fuzz_mst fuzz_npy)
 fi
 
 BIAFFINE_EXTRA_PACKAGES="clang libclang-rt-14-dev ${BIAFFINE_EXTRA_PACKAGES:-}" bash scripts/install_deps.sh

@@ -2,10 +2,12 @@
 #pragma once
 
 #include "biaffine/version.hpp"
+#include "biaffine/config.hpp"
 #include "biaffine/fwd.hpp"
 #include "biaffine/errors.hpp"
 #include "biaffine/memory.hpp"
 #include "biaffine/memory_log.hpp"
+#include "biaffine/layer.hpp"
 #include "biaffine/tensor.hpp"
 #include "biaffine/backprop.hpp"
 #include "biaffine/workspace.hpp"
@@ -17,3 +19,5 @@
 #include "biaffine/with_splits.hpp"
 #include "biaffine/decode.hpp"
 #include "biaffine/lazy_split.hpp"
+#include "biaffine/loss.hpp"
+#include "biaffine/scorer_io.hpp"

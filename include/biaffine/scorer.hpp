@@ -46,6 +46,12 @@
 
 namespace biaffine {
 
+/// What a training forward returns (and its backprop takes the gradient of).
+enum class train_output {
+    probabilities, ///< softmax over the last axis, as the reference module (the default)
+    logits         ///< the scores themselves, for a stable loss such as cross_entropy_heads()
+};
+
 /// Hyper-parameters of a biaffine_scorer.
 struct scorer_config {
     std::size_t n_in = 0;     ///< width of the token representations
@@ -60,6 +66,12 @@ struct scorer_config {
     /// memory is then bounded by the batch budget too, for about 1.5x the
     /// compute. Gradients are identical.
     bool recompute_in_backward = false;
+    /// What forward(mode::train) returns. `probabilities` keeps a copy of
+    /// them for the softmax backward (unless recomputing); with `logits`
+    /// dropout still applies but nothing is normalised or kept, and a fused
+    /// loss (loss.hpp) turns confident mistakes into finite gradients where
+    /// `-1 / p` on an underflowed probability gives NaN.
+    train_output train_outputs = train_output::probabilities;
 };
 
 /// The mask added to head columns past a sequence's length. -10000 as in the
@@ -124,6 +136,14 @@ public:
         if (!(cfg.dropout >= 0.0 && cfg.dropout < 1.0)) {
             throw error(detail::msg("biaffine_scorer: dropout must be in [0, 1), got ", cfg.dropout));
         }
+        // Every size the parameters and their gradients take, checked before
+        // xtensor multiplies the shapes out unchecked.
+        const char* what = "biaffine_scorer parameters";
+        const std::uint64_t side = detail::checked_add(cfg.hidden, 1, what);
+        std::uint64_t total = detail::checked_product(what, 2, cfg.hidden, cfg.n_in, sizeof(T));
+        total = detail::checked_add(total, detail::checked_product(what, 2, cfg.hidden, sizeof(T)), what);
+        total = detail::checked_add(total, detail::checked_product(what, cfg.labels, side, side, sizeof(T)), what);
+        detail::to_index_size(detail::checked_mul(total, 2, what), what);  // values and gradients
         const std::size_t h = cfg.hidden;
         wh_ = tensor<T, 2>::from_shape({h, cfg.n_in});
         wd_ = tensor<T, 2>::from_shape({h, cfg.n_in});
@@ -318,6 +338,7 @@ private:
         tensor<T, 1> ys;
         bool kept = true;  // false: recompute_in_backward
         bool train = false;
+        bool softmax = false;  // train, returning probabilities
         bool drop = false;
         std::uint64_t seed = 0;
     };
@@ -337,6 +358,12 @@ private:
     template <class Items, class Dest>
     backprop_type forward_into(const Items& X, mode m, Dest&& dest);
     void backward(const saved_batch& sb, span<const score_view<const T>> dY, span<const seq_view<T>> dX);
+
+    // Whether a forward in mode m normalises its outputs.
+    bool softmax_in(mode m) const noexcept
+    {
+        return m == mode::train && cfg_.train_outputs == train_output::probabilities;
+    }
 
     // detail/scorer_cost.hpp
     std::size_t packed_elements(std::size_t max_len) const noexcept;

@@ -43,21 +43,25 @@ batch_cost biaffine_scorer<T>::cost(std::size_t count, std::size_t max_len, mode
     }
     // Train: the split views and offsets stay for backward, and unless
     // recomputing, U, V, T and the softmax outputs too. Backward carves dT,
-    // dV, dU, one split's dS, X and the backend's packed block (and when
-    // recomputing U, V, T and one split's scores again). The forward carves X
-    // and a packed block no larger (train_packed_elements bounds both), plus
-    // U, V, T when recomputing: never more than backward.
+    // dV, dU, one split's dS (softmax), X and the backend's packed block (and
+    // when recomputing U, V, T and one split's scores again). The forward
+    // carves X and a packed block no larger (train_packed_elements bounds
+    // both), plus U, V, T when recomputing: never more than backward.
+    // Training on logits (no softmax) has no dS, no recomputed scores and
+    // keeps no copy of the outputs.
+    const bool softmax = softmax_in(m);
+    const std::uint64_t one_ds = softmax ? one : 0;
     const std::uint64_t views = checked_mul(count, sizeof(seq_view<const T>) + sizeof(std::size_t), "batch cost");
     const std::uint64_t packed = scratch_bytes<T>(train_packed_elements(max_len));
     const std::uint64_t backward =
-        checked_add(checked_add(checked_add(uvt, one, "batch cost"), checked_add(xp, offsets, "batch cost"),
+        checked_add(checked_add(checked_add(uvt, one_ds, "batch cost"), checked_add(xp, offsets, "batch cost"),
                                 "batch cost"),
                     packed, "batch cost");
     if (cfg_.recompute_in_backward) {
         c.saved = views;
-        c.scratch = checked_add(backward, checked_add(uvt, one, "batch cost"), "batch cost");
+        c.scratch = checked_add(backward, checked_add(uvt, one_ds, "batch cost"), "batch cost");
     } else {
-        c.saved = checked_add(checked_add(uvt, c.outputs, "batch cost"), views, "batch cost");
+        c.saved = checked_add(checked_add(uvt, softmax ? c.outputs : 0, "batch cost"), views, "batch cost");
         c.scratch = backward;
     }
     return c;

@@ -230,6 +230,7 @@ typename biaffine_scorer<T>::backprop_type biaffine_scorer<T>::forward_into(cons
     sb.views.resize(count);
     for (std::size_t k = 0; k < count; ++k) sb.views[k] = detail::read_only(X[k]);
     sb.train = m == mode::train;
+    sb.softmax = softmax_in(m);
     sb.drop = sb.train && cfg_.dropout > 0.0;
     sb.seed = sb.drop ? rng_() : 0;
     const bool keep = !cfg_.recompute_in_backward;
@@ -250,7 +251,7 @@ typename biaffine_scorer<T>::backprop_type biaffine_scorer<T>::forward_into(cons
     T* t = keep ? sb.t.data() : t_tmp.data();
     scratch<T> packed(packed_elements(detail::max_split_rows(sb.off.data(), count)));
     forward_activations(X, sb.off.data(), N, sb.drop, sb.seed, u, v, t, packed.data());
-    const bool keep_y = sb.train && keep;
+    const bool keep_y = sb.softmax && keep;
     if (keep_y) {
         sb.y_off.resize(count + 1);
         std::uint64_t total = 0;
@@ -267,7 +268,7 @@ typename biaffine_scorer<T>::backprop_type biaffine_scorer<T>::forward_into(cons
         score_view<T> s = dest(k, n);
         backend::split_scores(detail::const_row_block(v + sb.off[k] * hv(), n, hv()), t + sb.off[k] * o * hv(), o, s,
                               packed.data());
-        if (sb.train) detail::softmax_last_axis(s);
+        if (sb.softmax) detail::softmax_last_axis(s);
         if (keep_y) detail::row_block(sb.ys.data() + sb.y_off[k], n, n * o) = s.map();
     }
     return backprop_type([this, sb = std::move(sb)](span<const score_view<const T>> dY,
@@ -302,7 +303,7 @@ void biaffine_scorer<T>::backward(const saved_batch& sb, span<const score_view<c
     const std::size_t n_t = detail::packed_count<T>("packed T", N, o, hv());
     const std::size_t n_s = detail::packed_count<T>("split scores", max_n, max_n, o);
     scratch<T> u_tmp(keep ? 0 : n_u), v_tmp(keep ? 0 : n_v), t_tmp(keep ? 0 : n_t);
-    scratch<T> y_tmp(keep || !sb.train ? 0 : n_s);
+    scratch<T> y_tmp(keep || !sb.softmax ? 0 : n_s);
     scratch<T> packed(train_packed_elements(max_n));
     const T* u = keep ? sb.u.data() : u_tmp.data();
     const T* v = keep ? sb.v.data() : v_tmp.data();
@@ -314,14 +315,14 @@ void biaffine_scorer<T>::backward(const saved_batch& sb, span<const score_view<c
     scratch<T> dt(n_t);
     scratch<T> dv(n_v);
     scratch<T> du(n_u);
-    scratch<T> ds(sb.train ? n_s : 0);
+    scratch<T> ds(sb.softmax ? n_s : 0);
     scratch<T> xp(detail::packed_count<T>("packed input", N, n_in));
     for (std::size_t k = 0; k < count; ++k) {
         const std::size_t n = sb.views[k].rows;
         const auto va = detail::const_row_block(v + off[k] * hv(), n, hv());
         const T* t_rows = t + off[k] * o * hv();
         score_view<const T> g = dY[k];
-        if (sb.train) {
+        if (sb.softmax) {
             const auto dense = static_cast<std::ptrdiff_t>(n * o);
             score_view<const T> y{sb.ys.data() + (keep ? sb.y_off[k] : 0), n, o, dense};
             if (!keep) {

@@ -105,14 +105,14 @@ tracked_vector<seq_view<const T>> biaffine_scorer<T>::padded_views(const X3& x, 
     return views;
 }
 
-// Padded cells: the mask value in eval (what a masked logit is), 0 in train
-// (what the softmax gives a masked head).
+// Padded cells: 0 where the output is a softmax (what it gives a masked
+// head), else the mask value (what a masked logit is).
 template <class T>
 template <class Views>
 void biaffine_scorer<T>::fill_padding(score_array<T>& y, const Views& views, mode m) const
 {
     const std::size_t b = y.shape()[0], L = y.shape()[1], o = cfg_.labels;
-    const T pad = m == mode::train ? T(0) : mask_value<T>();
+    const T pad = softmax_in(m) ? T(0) : mask_value<T>();
     for (std::size_t k = 0; k < b; ++k) {
         const std::size_t n = views[k].rows;
         T* base = y.data() + k * L * L * o;
