@@ -26,6 +26,8 @@ from ._biaffine import (  # noqa: F401
     lazy_split,
     cap_split_lengths,
     minibatch_by_padded_size,
+    pairwise_bilinear,
+    pairwise_bilinear_backward,
     memory_stats,
     reset_peak,
     set_limit,
@@ -61,5 +63,6 @@ __all__ = [
     "biaffine_scorer", "biaffine_scorer_float32", "biaffine_scorer_float64", "budget",
     "Error", "ShapeError", "LengthError", "BudgetError", "BackpropError",
     "mst_heads", "argmax_heads", "is_tree", "lazy_split", "cap_split_lengths", "minibatch_by_padded_size",
+    "pairwise_bilinear", "pairwise_bilinear_backward",
     "memory_stats", "reset_peak", "set_limit", "limit", "format_bytes", "memory_log", "memory_checkpoint",
 ]

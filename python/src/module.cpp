@@ -16,6 +16,7 @@
 #include <biaffine/biaffine.hpp>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -439,6 +440,29 @@ py::tuple forward(py::object self, const py::handle& docs, const py::handle& len
     return py::make_tuple(y, bp);
 }
 
+// The bench's C++ side (bench/python_vs_cpp.py): the same predict as
+// predict() on the same arrays, `reps` times inside C++ with no Python in
+// between; returns the seconds of each run.
+template <class T>
+std::vector<double> time_predict(py::object self, const py::handle& docs, const py::handle& lengths,
+                                 const py::object& budget, long long threads, int reps)
+{
+    auto& s = self.cast<scorer_t<T>&>();
+    run_options o = read_options(budget, threads, 256, "run_alone", false);
+    doc_views<T> dv = read_docs<T>(docs, "time_predict");
+    lengths_t ls = read_lengths(lengths, "time_predict");
+    std::vector<double> out;
+    py::gil_scoped_release release;
+    for (int r = 0; r < reps; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        {
+            biaffine::score_list<T> Y = with_model(s, o, [&](auto& m) { return m->predict(dv.maps, ls); });
+        }
+        out.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return out;
+}
+
 template <class T>
 py::array predict_padded(py::object self, const py::handle& x, const std::vector<std::int64_t>& lengths)
 {
@@ -562,6 +586,8 @@ void bind_scorer(py::module_& m, const char* name)
         .def("forward", &forward<T>, py::arg("docs"), py::arg("split_lengths"), py::kw_only(), py::arg("train") = true,
              py::arg("budget") = default_budget, py::arg("threads") = 1, py::arg("buffer") = 256,
              py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false)
+        .def("_time_predict_cpp", &time_predict<T>, py::arg("docs"), py::arg("split_lengths"), py::kw_only(),
+             py::arg("budget") = default_budget, py::arg("threads") = 1, py::arg("reps") = 1)
         .def("predict_padded", &predict_padded<T>, py::arg("x"), py::arg("lengths"))
         .def("forward_padded", &forward_padded<T>, py::arg("x"), py::arg("lengths"), py::kw_only(),
              py::arg("train") = true);
@@ -647,6 +673,67 @@ std::vector<std::size_t> with_scores_1d(const py::handle& obj, const char* where
     if (a.dtype().is(py::dtype::of<float>())) return f(static_cast<const float*>(a.data()), n);
     if (a.dtype().is(py::dtype::of<double>())) return f(static_cast<const double*>(a.data()), n);
     throw py::type_error(std::string(where) + ": expected dtype float32 or float64, got " + dtype_name(a.dtype()));
+}
+
+// ------------------------------------------------------ the bilinear kernel
+
+// The kernel takes owning tracked tensors: the operands are copied once
+// (documented; the kernel alone is for tests and experiments).
+template <class T, std::size_t N>
+biaffine::tensor<T, N> to_tensor(const py::handle& obj, const char* what)
+{
+    auto a = exact_array<T>(obj, std::string("pairwise_bilinear: ") + what, -1, "");
+    if (a.ndim() != static_cast<py::ssize_t>(N)) {
+        throw_shape(std::string("pairwise_bilinear: ") + what + " must be " + std::to_string(N) + "-d, got " +
+                    std::to_string(a.ndim()) + " dimensions");
+    }
+    std::array<std::size_t, N> shape{};
+    for (std::size_t i = 0; i < N; ++i) shape[i] = static_cast<std::size_t>(a.shape(static_cast<py::ssize_t>(i)));
+    biaffine::tensor<T, N> t = biaffine::tensor<T, N>::from_shape(shape);
+    std::copy(a.data(), a.data() + a.size(), t.data());
+    return t;
+}
+
+template <class T>
+py::array bilinear_forward(const py::handle& u, const py::handle& v, const py::handle& w, bool bu, bool bv)
+{
+    auto tu = to_tensor<T, 3>(u, "u");
+    auto tv = to_tensor<T, 3>(v, "v");
+    auto tw = to_tensor<T, 3>(w, "weight");
+    biaffine::tensor<T, 4> y;
+    {
+        py::gil_scoped_release release;
+        y = biaffine::pairwise_bilinear(tu, tv, tw, bu, bv);
+    }
+    return adopt(std::move(y));
+}
+
+template <class T>
+py::tuple bilinear_backward(const py::handle& u, const py::handle& v, const py::handle& w, bool bu, bool bv,
+                            const py::handle& dy, const py::handle& dweight)
+{
+    auto tu = to_tensor<T, 3>(u, "u");
+    auto tv = to_tensor<T, 3>(v, "v");
+    auto tw = to_tensor<T, 3>(w, "weight");
+    auto tdy = to_tensor<T, 4>(dy, "dy");
+    auto out = exact_array<T>(dweight, "pairwise_bilinear: dweight", -1, "");
+    if (!out.writeable()) throw py::value_error("pairwise_bilinear: dweight must be writable (it accumulates)");
+    auto tdw = to_tensor<T, 3>(dweight, "dweight");
+    std::pair<biaffine::tensor<T, 3>, biaffine::tensor<T, 3>> d;
+    {
+        py::gil_scoped_release release;
+        d = biaffine::pairwise_bilinear_backward(tu, tv, tw, bu, bv, tdy, tdw);
+    }
+    std::copy(tdw.data(), tdw.data() + tdw.size(), out.mutable_data());
+    return py::make_tuple(adopt(std::move(d.first)), adopt(std::move(d.second)));
+}
+
+py::dtype dtype_of(const py::handle& obj)
+{
+    if (!py::isinstance<py::array>(obj)) {
+        throw py::type_error("pairwise_bilinear: u must be a numpy array, got " + type_of(obj));
+    }
+    return py::reinterpret_borrow<py::array>(obj).dtype();
 }
 
 py::dict stats_dict(const biaffine::memory_stats& s)
@@ -762,6 +849,22 @@ PYBIND11_MODULE(_biaffine, m)
               return biaffine::minibatch_by_padded_size(read_size_list(lengths, "minibatch_by_padded_size"), size, buffer);
           },
           py::arg("lengths"), py::arg("size"), py::arg("buffer") = 256);
+
+    m.def("pairwise_bilinear",
+          [](const py::handle& u, const py::handle& v, const py::handle& w, bool bu, bool bv) {
+              if (dtype_of(u).is(py::dtype::of<double>())) return bilinear_forward<double>(u, v, w, bu, bv);
+              return bilinear_forward<float>(u, v, w, bu, bv);
+          },
+          py::arg("u"), py::arg("v"), py::arg("weight"), py::arg("bias_u"), py::arg("bias_v"),
+          "The kernel alone: u, v [b, L, h], weight [o, h+bias_u, h+bias_v] -> [b, L, L, o] (operands copied).");
+    m.def("pairwise_bilinear_backward",
+          [](const py::handle& u, const py::handle& v, const py::handle& w, bool bu, bool bv, const py::handle& dy,
+             const py::handle& dw) {
+              if (dtype_of(u).is(py::dtype::of<double>())) return bilinear_backward<double>(u, v, w, bu, bv, dy, dw);
+              return bilinear_backward<float>(u, v, w, bu, bv, dy, dw);
+          },
+          py::arg("u"), py::arg("v"), py::arg("weight"), py::arg("bias_u"), py::arg("bias_v"), py::arg("dy"),
+          py::arg("dweight"), "Returns (du, dv) and accumulates into dweight in place.");
 
     // Memory accounting: the process-wide tracker and the memory log.
     m.def("memory_stats", []() { return stats_dict(biaffine::tracker().stats()); },

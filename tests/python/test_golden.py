@@ -110,3 +110,16 @@ def test_pipeline(case, dtype, threads):
     assert sorted(got) == list(range(len(ref)))
     for k, r in enumerate(ref):
         close(got[k], r, dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("case", cases("bilinear_"))
+def test_bilinear_kernel(case, dtype):
+    u, v, w = (load(case, n).astype(dtype) for n in ("u", "v", "weight"))
+    bias_u, bias_v = (bool(b) for b in load(case, "bias"))
+    close(biaffine.pairwise_bilinear(u, v, w, bias_u, bias_v), load(case, "y"), dtype)
+    dw = np.zeros_like(w)
+    du, dv = biaffine.pairwise_bilinear_backward(u, v, w, bias_u, bias_v, load(case, "dy").astype(dtype), dw)
+    close(du, load(case, "du"), dtype)
+    close(dv, load(case, "dv"), dtype)
+    close(dw, load(case, "dweight"), dtype)
