@@ -1,0 +1,68 @@
+"""biaffine: split-batched biaffine scoring with bounded peak memory.
+
+The C++ pipeline on numpy arrays (see docs/api.md, "Python"):
+
+    import numpy as np, biaffine
+    scorer = biaffine.biaffine_scorer(n_in=64, hidden=32, dtype="float32")
+    docs = [np.random.rand(7, 64).astype(np.float32)]
+    scores = scorer.predict(docs, [[4, 3]], budget=biaffine.budget.megabytes(16))
+
+Thinc layers are in ``biaffine.thinc``.
+"""
+from ._biaffine import (  # noqa: F401
+    __version__,
+    Error,
+    ShapeError,
+    LengthError,
+    BudgetError,
+    OverflowError,
+    BackpropError,
+    budget,
+    biaffine_scorer_float32,
+    biaffine_scorer_float64,
+    mst_heads,
+    argmax_heads,
+    is_tree,
+    lazy_split,
+    cap_split_lengths,
+    minibatch_by_padded_size,
+    pairwise_bilinear,
+    pairwise_bilinear_backward,
+    memory_stats,
+    reset_peak,
+    set_limit,
+    limit,
+    format_bytes,
+    memory_log,
+    memory_checkpoint,
+)
+
+_SCORERS = {"float32": biaffine_scorer_float32, "float64": biaffine_scorer_float64}
+
+
+def biaffine_scorer(n_in, hidden=128, labels=1, *, bias_u=True, bias_v=True, dropout=0.0, seed=0,
+                    dtype="float32", recompute_in_backward=False):
+    """A biaffine scorer (C++ ``biaffine_scorer<float>`` or ``<double>``).
+
+    ``dtype`` is "float32" or "float64" (or the numpy dtype); inputs must then
+    be C-contiguous arrays of exactly that dtype. Returns a
+    ``biaffine_scorer_float32`` or ``biaffine_scorer_float64``.
+    """
+    import numpy as np
+
+    try:
+        key = np.dtype(dtype).name
+    except TypeError:
+        key = str(dtype)
+    if key not in _SCORERS:
+        raise TypeError(f"biaffine_scorer: dtype must be float32 or float64, got {dtype!r}")
+    return _SCORERS[key](n_in, hidden, labels, bias_u, bias_v, dropout, seed, recompute_in_backward)
+
+
+__all__ = [
+    "biaffine_scorer", "biaffine_scorer_float32", "biaffine_scorer_float64", "budget",
+    "Error", "ShapeError", "LengthError", "BudgetError", "BackpropError",
+    "mst_heads", "argmax_heads", "is_tree", "lazy_split", "cap_split_lengths", "minibatch_by_padded_size",
+    "pairwise_bilinear", "pairwise_bilinear_backward",
+    "memory_stats", "reset_peak", "set_limit", "limit", "format_bytes", "memory_log", "memory_checkpoint",
+]

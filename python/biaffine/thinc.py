@@ -1,0 +1,423 @@
+"""Thinc 8 layers over the biaffine C++ pipeline.
+
+``BiaffineScorer`` is a Thinc ``Model`` whose five weights are Thinc params;
+``with_splits``, ``with_minibatch_by_padded_size`` and
+``with_pad_seq_unpad_matrix`` take the arguments and the input / output types
+of spaCy-experimental's layers of the same names, so they can be swapped in::
+
+    from thinc.api import chain, Relu, with_getitem, Adam
+    from biaffine.thinc import BiaffineScorer, with_splits, with_minibatch_by_padded_size
+    import biaffine
+
+    scorer = BiaffineScorer(nO=1, hidden_width=64)
+    model = chain(
+        with_getitem(0, Relu(nO=64)),     # (List[Floats2d], List[Ints1d]) in
+        with_splits(with_minibatch_by_padded_size(scorer, size=biaffine.budget.megabytes(16))),
+    )                                     # List[Floats2d] out: one [n, n] per split
+
+When the layers under a ``with_splits`` (or a ``with_minibatch_by_padded_size``
+/ ``with_pad_seq_unpad_matrix``) are all from this module and end in a
+``BiaffineScorer``, the whole stack runs as one C++ call (batching under the
+byte or padded-items budget, padding, scoring, backward), reading the inputs
+and Thinc's params in place. Around any other inner layer they work like the
+spaCy-experimental layers, in Python.
+
+Parameters: Thinc's param and gradient arrays *are* the C++ scorer's buffers
+(numpy views), so ``finish_update(optimizer)`` (Thinc's optimizers update in
+place) changes the weights the next call computes with, and backprop
+accumulates straight into Thinc's gradients. When Thinc holds another array
+for a param (``from_bytes``, ``copy``, ``use_params``), the next call builds
+a scorer from the arrays Thinc holds (one copy) and registers its views.
+"""
+from typing import Callable, List, Optional, Tuple, Union
+
+import numpy as np
+from thinc.api import Model, deserialize_attr, serialize_attr
+from thinc.types import Floats2d, Floats3d, Ints1d
+
+import biaffine as _b
+
+PARAM_NAMES = ("head_weight", "head_bias", "dependent_weight", "dependent_bias", "bilinear_weight")
+
+SplitsInT = Tuple[List[Floats2d], List[Ints1d]]
+
+
+class _ScorerHolder:
+    """The C++ scorer behind a BiaffineScorer. Not serialized (the weights
+    are Thinc params); a copied model gets an empty holder and builds its own
+    scorer from its params on first use."""
+
+    def __init__(self):
+        self.scorer = None
+        self.values = {}  # name -> (address, shape) of the scorer's value buffers
+        self.grads = {}   # name -> (address, shape) of its gradient buffers
+
+    def __deepcopy__(self, memo):
+        return _ScorerHolder()
+
+
+@serialize_attr.register(_ScorerHolder)
+def _serialize_holder(_, value, name, model):
+    return b""
+
+
+@deserialize_attr.register(_ScorerHolder)
+def _deserialize_holder(current, value, name, model):
+    return current
+
+
+def _address(a) -> Tuple[int, tuple, str]:
+    return (a.__array_interface__["data"][0], tuple(a.shape), a.dtype.str)
+
+
+def _is_buffer(a, key) -> bool:
+    return (isinstance(a, np.ndarray) and a.flags["C_CONTIGUOUS"] and _address(a) == key)
+
+
+# ------------------------------------------------------------------ scorer
+
+
+def BiaffineScorer(
+    nO: Optional[int] = 1,
+    nI: Optional[int] = None,
+    *,
+    hidden_width: int = 128,
+    dropout: float = 0.0,
+    bias_u: bool = True,
+    bias_v: bool = True,
+    seed: int = 0,
+    dtype: str = "float32",
+    recompute_in_backward: bool = False,
+) -> Model:
+    """The biaffine scorer as a Thinc layer: ``nI`` input width (inferred at
+    initialization), ``nO`` labels (1: ``[n, n]`` arc scores, else
+    ``[n, n, nO]``), ``hidden_width`` the projection width.
+
+    Input either a list of splits ``List[Floats2d]`` (output one score array
+    per split) or, like the seed's ``pairwise_bilinear``, a padded batch
+    ``(Floats3d [b, L, nI], Ints1d lengths)`` (output ``[b, L, L(, nO)]``).
+    Training (``is_train=True``) outputs the softmax over the last axis, as
+    the reference does; prediction outputs logits.
+    """
+    return Model(
+        "biaffine_scorer",
+        _scorer_forward,
+        init=_scorer_init,
+        dims={"nI": nI, "nO": nO},
+        params={name: None for name in PARAM_NAMES},
+        attrs={
+            "hidden_width": hidden_width,
+            "dropout_rate": dropout,
+            "bias_u": bias_u,
+            "bias_v": bias_v,
+            "seed": seed,
+            "dtype": np.dtype(dtype).name,
+            "recompute_in_backward": recompute_in_backward,
+            "_biaffine": _ScorerHolder(),
+        },
+    )
+
+
+def _scorer_init(model: Model, X=None, Y=None) -> None:
+    if X is not None and model.has_dim("nI") is None:
+        if isinstance(X, tuple):
+            model.set_dim("nI", int(X[0].shape[2]))
+        elif len(X):
+            model.set_dim("nI", int(X[0].shape[1]))
+    get_scorer(model)
+
+
+def get_scorer(model: Model):
+    """The C++ scorer of a BiaffineScorer model, with Thinc's current params
+    in its buffers (built, or rebuilt from the arrays Thinc holds, when they
+    are not its buffers)."""
+    holder: _ScorerHolder = model.attrs["_biaffine"]
+    s = holder.scorer
+    if s is not None and all(
+        model.has_param(n) and _is_buffer(model.get_param(n), holder.values[n]) for n in PARAM_NAMES
+    ):
+        return s
+    if model.has_dim("nI") is not True or model.has_dim("nO") is not True:
+        raise ValueError("BiaffineScorer: nI and nO must be set (initialize the model with sample input)")
+    a = model.attrs
+    s = _b.biaffine_scorer(
+        model.get_dim("nI"), a["hidden_width"], model.get_dim("nO"), bias_u=a["bias_u"], bias_v=a["bias_v"],
+        dropout=a["dropout_rate"], seed=a["seed"], dtype=a["dtype"],
+        recompute_in_backward=a["recompute_in_backward"],
+    )
+    for name, value, grad in s.parameters():
+        if model.has_param(name):
+            theirs = model.get_param(name)
+            if tuple(theirs.shape) != value.shape:
+                raise _b.ShapeError(
+                    f"set_parameter({name}): expected shape {list(value.shape)}, got {list(theirs.shape)}")
+            value[...] = theirs  # the one copy: Thinc held another array
+        if model.has_grad(name):
+            grad[...] = model.get_grad(name)
+        model.set_param(name, value)
+        model.set_grad(name, grad)
+        holder.values[name] = _address(value)
+        holder.grads[name] = _address(grad)
+    holder.scorer = s
+    return s
+
+
+def _grads_to_scorer(model: Model, s) -> None:
+    """Before a backprop: make Thinc's gradient arrays the scorer's buffers
+    again if Thinc replaced one (its values are carried over)."""
+    holder: _ScorerHolder = model.attrs["_biaffine"]
+    if holder.scorer is not s:
+        raise RuntimeError("BiaffineScorer: the params were replaced between forward and backprop")
+    for name, _, grad in s.parameters():
+        if model.has_grad(name):
+            theirs = model.get_grad(name)
+            if _is_buffer(theirs, holder.grads[name]):
+                continue
+            grad[...] = theirs
+        else:
+            grad[...] = 0
+        model.set_grad(name, grad)
+
+
+def _no_backprop(dY):
+    raise _b.BackpropError("backprop of a prediction (is_train=False): call the model with is_train=True")
+
+
+def _scorer_forward(model: Model, X, is_train: bool):
+    s = get_scorer(model)
+    if isinstance(X, tuple):  # the reference's padded interface
+        Xp, lengths = X
+        lens = [int(n) for n in lengths]
+        if not is_train:
+            return s.predict_padded(Xp, lens), _no_backprop
+        Y, bp = s.forward_padded(Xp, lens, train=True)
+
+        def backprop_padded(dY):
+            _grads_to_scorer(model, s)
+            return bp(dY), lengths
+
+        return Y, backprop_padded
+    X = list(X)
+    one = [[x.shape[0]] if hasattr(x, "shape") else [len(x)] for x in X]
+    if not is_train:
+        return s.predict(X, one, budget=None), _no_backprop
+    Y, bp = s.forward(X, one, train=True, budget=None)
+
+    def backprop(dY):
+        _grads_to_scorer(model, s)
+        return bp(list(dY))
+
+    return Y, backprop
+
+
+# -------------------------------------------------------------- combinators
+
+
+def _fused(model: Model):
+    """(scorer model, keyword arguments of the C++ call) when `model` and
+    everything under it are this module's layers ending in a BiaffineScorer;
+    None otherwise."""
+    kw = {"budget": None, "pad_seq_unpad_matrix": False}
+    node = model
+    while True:
+        if node.name == "biaffine_scorer" and isinstance(node.attrs.get("_biaffine"), _ScorerHolder):
+            return node, kw
+        if not node.attrs.get("_biaffine_layer") or len(node.layers) != 1:
+            return None
+        if node.name == "with_minibatch_by_padded_size" and kw["budget"] is None and not kw["pad_seq_unpad_matrix"]:
+            kw["budget"] = _budget_of(node)
+            kw["threads"] = node.attrs["threads"]
+            kw["buffer"] = node.attrs["buffer"]
+            kw["oversize"] = node.attrs["oversize"]
+        elif node.name == "with_pad_seq_unpad_matrix" and not kw["pad_seq_unpad_matrix"]:
+            kw["pad_seq_unpad_matrix"] = True
+        else:
+            return None
+        node = node.layers[0]
+
+
+def _run_fused(plan, docs, lengths, is_train):
+    scorer_model, kw = plan
+    s = get_scorer(scorer_model)
+    if not is_train:
+        return s.predict(docs, lengths, **kw), None
+    Y, bp = s.forward(docs, lengths, train=True, **kw)
+
+    def backprop(dY):
+        _grads_to_scorer(scorer_model, s)
+        return bp(list(dY))
+
+    return Y, backprop
+
+
+def with_splits(inner: Model) -> Model:
+    """Documents ``(List[Floats2d] [n_tokens, nI], List[Ints1d] split
+    lengths)`` in, one score matrix per split out (``List[Floats2d]``); the
+    backprop returns ``(per-document dX, lengths)``, as the seed's does."""
+    return Model("with_splits", _with_splits_forward, init=_with_splits_init, layers=[inner],
+                 attrs={"_biaffine_layer": True})
+
+
+def _docs_to_splits(docs, lengths):
+    out = []
+    for X_doc, ls in zip(docs, lengths):
+        offset = 0
+        for n in ls:
+            out.append(X_doc[offset: offset + int(n)])
+            offset += int(n)
+    return out
+
+
+def _with_splits_init(model: Model, X=None, Y=None) -> None:
+    if X is None:
+        model.layers[0].initialize(X=None, Y=Y)
+    else:
+        model.layers[0].initialize(X=_docs_to_splits(*X), Y=Y)
+
+
+def _with_splits_forward(model: Model, X_lengths: SplitsInT, is_train: bool):
+    docs, lengths = X_lengths
+    docs = list(docs)
+    plan = _fused(model.layers[0])
+    if plan is not None:
+        Y, bp = _run_fused(plan, docs, list(lengths), is_train)
+        if bp is None:
+            return Y, _no_backprop
+
+        def backprop_fused(dY):
+            return bp(dY), lengths
+
+        return Y, backprop_fused
+    if len(docs) != len(lengths):
+        raise _b.ShapeError(f"with_splits: {len(docs)} documents but {len(lengths)} lists of split lengths")
+    Y, bp_inner = model.layers[0](_docs_to_splits(docs, lengths), is_train)
+
+    def backprop(dY):
+        dX_splits = bp_inner(dY)
+        out, k = [], 0
+        for X_doc, ls in zip(docs, lengths):
+            parts = dX_splits[k: k + len(ls)]
+            k += len(ls)
+            out.append(np.concatenate(parts) if len(parts) else np.zeros_like(X_doc))
+        return out, lengths
+
+    return Y, backprop
+
+
+def _budget_of(model: Model):
+    if model.attrs["budget_kind"] == "bytes":
+        return _b.budget.bytes(model.attrs["size"])
+    return _b.budget.items(model.attrs["size"])
+
+
+def with_minibatch_by_padded_size(
+    inner: Model,
+    size: Union[int, "_b.budget"],
+    buffer: int = 256,
+    *,
+    threads: int = 1,
+    oversize: str = "run_alone",
+) -> Model:
+    """Batches a list of splits so that each batch stays within ``size``:
+    an int counts padded items (spaCy's ``minibatch_by_padded_size`` rule),
+    a ``biaffine.budget`` (e.g. ``budget.megabytes(16)``) may count bytes of
+    the C++ scorer's working set. ``threads`` run prediction batches
+    concurrently (C++ only); ``oversize`` is "run_alone" or "throw".
+    Outputs and gradients keep input order."""
+    b = size if isinstance(size, _b.budget) else _b.budget.items(int(size))
+    if buffer <= 0:
+        raise _b.BudgetError(f"with_minibatch_by_padded_size: buffer must be positive, got {buffer}")
+    return Model(
+        "with_minibatch_by_padded_size",
+        _minibatch_forward,
+        init=_minibatch_init,
+        layers=[inner],
+        attrs={"size": int(b.value), "budget_kind": b.kind, "buffer": int(buffer), "threads": int(threads),
+               "oversize": oversize, "_biaffine_layer": True},
+    )
+
+
+def _minibatch_init(model: Model, X=None, Y=None) -> None:
+    model.layers[0].initialize(X=X, Y=Y)
+
+
+def _as_docs(X):
+    # A split list as one-split documents for the C++ pipeline.
+    return list(X), [[x.shape[0]] for x in X]
+
+
+def _minibatch_forward(model: Model, X, is_train: bool):
+    plan = _fused(model)
+    if plan is not None:
+        docs, lengths = _as_docs(X)
+        Y, bp = _run_fused(plan, docs, lengths, is_train)
+        return Y, (bp if bp is not None else _no_backprop)
+    if model.attrs["budget_kind"] != "items":
+        raise _b.BudgetError("with_minibatch_by_padded_size: a byte budget needs a BiaffineScorer under it "
+                             "(its working set is what the bytes count); use an int size for other layers")
+    inner = model.layers[0]
+    batches = _b.minibatch_by_padded_size([len(x) for x in X], model.attrs["size"], model.attrs["buffer"])
+    Y = [None] * len(X)
+    backprops = []
+    for batch in batches:
+        Yb, bp = inner([X[i] for i in batch], is_train)
+        backprops.append(bp)
+        for i, y in zip(batch, Yb):
+            Y[i] = y
+
+    def backprop(dY):
+        dX = [None] * len(X)
+        for batch, bp in zip(batches, backprops):
+            for i, dx in zip(batch, bp([dY[i] for i in batch])):
+                dX[i] = dx
+        return dX
+
+    return Y, backprop
+
+
+def with_pad_seq_unpad_matrix(inner: Model) -> Model:
+    """Pads a list of splits to ``(Floats3d [b, L, nI], Ints1d lengths)`` for
+    ``inner`` and unpads its ``[b, L, L(, o)]`` output in two dimensions, like
+    the seed's layer (the reference-compatible path)."""
+    return Model("with_pad_seq_unpad_matrix", _pad_forward, init=_pad_init, layers=[inner],
+                 attrs={"_biaffine_layer": True})
+
+
+def _pad(X):
+    lengths = np.asarray([len(x) for x in X], dtype="int32")
+    L = int(lengths.max()) if len(X) else 0
+    width = X[0].shape[1] if len(X) else 0
+    out = np.zeros((len(X), L, width), dtype=X[0].dtype if len(X) else "float32")
+    for i, x in enumerate(X):
+        out[i, : len(x)] = x
+    return out, lengths
+
+
+def _pad_init(model: Model, X=None, Y=None) -> None:
+    model.layers[0].initialize(X=_pad(X) if X is not None else None, Y=Y)
+
+
+def _pad_forward(model: Model, X, is_train: bool):
+    plan = _fused(model)
+    if plan is not None:
+        docs, lengths = _as_docs(X)
+        Y, bp = _run_fused(plan, docs, lengths, is_train)
+        return Y, (bp if bp is not None else _no_backprop)
+    if not len(X):
+        return [], lambda dY: []
+    Xp, lengths = _pad(X)
+    Yp, bp_inner = model.layers[0]((Xp, lengths), is_train)
+    Y = [Yp[i, :n, :n] for i, n in enumerate(lengths)]
+
+    def backprop(dY):
+        dYp = np.zeros_like(Yp)
+        for i, n in enumerate(lengths):
+            dYp[i, :n, :n] = dY[i]
+        dXp, _ = bp_inner(dYp)
+        return [dXp[i, :n] for i, n in enumerate(lengths)]
+
+    return Y, backprop
+
+
+__all__ = ["BiaffineScorer", "with_splits", "with_minibatch_by_padded_size", "with_pad_seq_unpad_matrix",
+           "get_scorer", "PARAM_NAMES"]

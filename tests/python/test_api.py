@@ -1,0 +1,351 @@
+# The numpy API: no copies, owning outputs, the GIL, memory accounting,
+# decoding and splitting helpers, and bad input (README's bad-input table rows
+# Python can reach, plus Python-only cases).
+import gc
+import pathlib
+import re
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import biaffine
+
+README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_rows():
+    rows = {}
+    for line in README.read_text().splitlines():
+        m = re.match(r"\| `([a-z0-9-]+)` \| .* \| `([a-z_:]+)` \| `(.*)` \|$", line)
+        if m:
+            rows[m.group(1)] = (m.group(2), m.group(3))
+    assert len(rows) > 30, "README bad-input table not found"
+    return rows
+
+
+ROWS = readme_rows()
+CLASSES = {
+    "biaffine::error": biaffine.Error, "biaffine::shape_error": biaffine.ShapeError,
+    "biaffine::length_error": biaffine.LengthError, "biaffine::budget_error": biaffine.BudgetError,
+    "biaffine::overflow_error": biaffine.OverflowError, "biaffine::backprop_error": biaffine.BackpropError,
+    "std::bad_alloc": MemoryError,
+}
+
+
+def rng_docs(rng, rows, n_in, dtype=np.float32):
+    return [rng.standard_normal((n, n_in)).astype(dtype) for n in rows]
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+# ---------------------------------------------------------------- no copies
+
+
+def test_input_read_in_place_no_input_sized_allocation():
+    rng = np.random.default_rng(0)
+    s = biaffine.biaffine_scorer(64, 32, seed=1)
+    doc = rng.standard_normal((20000, 64)).astype(np.float32)  # 5.1 MB
+    lengths = [[20] * 1000]
+    budget = 1 << 20
+    biaffine.reset_peak()
+    before = biaffine.memory_stats()
+    Y = s.predict([doc], lengths, budget=biaffine.budget.bytes(budget))
+    after = biaffine.memory_stats()
+    assert len(Y) == 1000
+    # Working set (peak minus outputs) within the 1 MiB budget: far below the
+    # 5 MB input, so the input was never copied into the tracked heap.
+    assert after["work_peak_bytes"] - before["current_bytes"] <= budget < doc.nbytes
+    assert after["output_bytes"] - before["output_bytes"] == 1000 * 20 * 20 * 4
+    # And the scores are those of this very buffer: changing it changes them.
+    doc[:20] += 1.0
+    Y2 = s.predict([doc], lengths, budget=biaffine.budget.bytes(budget))
+    assert not np.allclose(Y[0], Y2[0]) and np.array_equal(Y[1], Y2[1])
+
+
+def test_outputs_own_memory_and_outlive_scorer():
+    rng = np.random.default_rng(1)
+    s = biaffine.biaffine_scorer(8, 4, labels=3, dtype="float64")
+    docs = rng_docs(rng, [6], 8, np.float64)
+    Y = s.predict(docs, [[2, 4]])
+    assert Y[1].shape == (4, 4, 3) and Y[1].flags["C_CONTIGUOUS"] and Y[1].flags["WRITEABLE"]
+    assert type(Y[1].base).__name__ == "PyCapsule"  # owns the C++ buffer, no copy
+    kept = [y.copy() for y in Y]
+    Yf, bp = s.forward(docs, [[2, 4]], train=False)
+    del s, bp
+    gc.collect()
+    junk = [np.full(1000, 7.0) for _ in range(100)]
+    for a, b in zip(Y, kept):
+        assert np.array_equal(a, b)
+    for a, b in zip(Yf, kept):
+        assert np.array_equal(a, b)
+    del junk
+
+
+def test_repeated_predict_keeps_tracker_and_rss_flat():
+    rng = np.random.default_rng(2)
+    s = biaffine.biaffine_scorer(32, 16)
+    docs = rng_docs(rng, [200, 50], 32)
+    lengths = [[20] * 10, [25, 25]]
+    for _ in range(20):
+        s.predict(docs, lengths)
+    gc.collect()
+    base, rss0 = biaffine.memory_stats()["current_bytes"], rss_bytes()
+    for _ in range(1000):
+        Y = s.predict(docs, lengths)
+    del Y
+    gc.collect()
+    assert biaffine.memory_stats()["current_bytes"] == base
+    assert rss_bytes() - rss0 < 4 << 20
+
+
+def test_parameters_are_views_of_the_scorer():
+    s = biaffine.biaffine_scorer(4, 3, dtype="float64")
+    doc = np.ones((3, 4))
+    y0 = s.predict([doc], [[3]])[0]
+    params = {n: (v, g) for n, v, g in s.parameters()}
+    assert params["bilinear_weight"][0].shape == (1, 4, 4)
+    params["bilinear_weight"][0][0, -1, -1] += 1.0  # the bias x bias cell: +1 everywhere
+    y1 = s.predict([doc], [[3]])[0]
+    assert np.allclose(y1 - y0, 1.0)
+
+
+def test_save_and_load_npy(tmp_path):
+    s = biaffine.biaffine_scorer(5, 3, labels=2, seed=3)
+    s.save_npy(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        f"{n}.npy" for n in ("head_weight", "head_bias", "dependent_weight", "dependent_bias", "bilinear_weight"))
+    t = biaffine.biaffine_scorer(5, 3, labels=2, seed=4)
+    doc = np.random.default_rng(3).standard_normal((4, 5)).astype(np.float32)
+    assert not np.array_equal(s.predict([doc], [[4]])[0], t.predict([doc], [[4]])[0])
+    t.load_npy(str(tmp_path))
+    assert np.array_equal(s.predict([doc], [[4]])[0], t.predict([doc], [[4]])[0])
+
+
+# -------------------------------------------------------------------- GIL
+
+
+def test_gil_released_during_predict():
+    # A Python thread stamps the time as it runs. With the GIL held for the
+    # whole C++ call it could not run at all between the call's start and
+    # its end; released, it runs throughout, so some stamps fall in the
+    # middle of the call.
+    rng = np.random.default_rng(4)
+    s = biaffine.biaffine_scorer(128, 128, labels=4)
+    docs = rng_docs(rng, [6000], 128)
+    lengths = [[60] * 100]
+    s.predict(docs, lengths)
+    stamps = []
+    stop = threading.Event()
+
+    def spin():
+        i = 0
+        while not stop.is_set():
+            i += 1
+            if i % 64 == 0:
+                stamps.append(time.perf_counter())
+
+    th = threading.Thread(target=spin)
+    th.start()
+    time.sleep(0.02)
+    t0 = time.perf_counter()
+    reps = 0
+    while time.perf_counter() - t0 < 0.25 or reps == 0:
+        a = time.perf_counter()
+        s.predict(docs, lengths, threads=1)
+        b = time.perf_counter()
+        reps += 1
+        if b - a >= 0.02:
+            break
+    stop.set()
+    th.join()
+    duration = b - a
+    assert duration >= 0.02, "predict too fast to observe"
+    inside = [t for t in stamps if a + 0.2 * duration < t < b - 0.2 * duration]
+    assert len(inside) >= 2, (len(stamps), duration)
+
+
+# ----------------------------------------------------------- memory + helpers
+
+
+def test_memory_log_and_limit():
+    log = biaffine.memory_log()
+    s = biaffine.biaffine_scorer(16, 8)
+    docs = [np.ones((100, 16), np.float32)]
+    Y = s.predict(docs, [[50, 50]])
+    c = log.checkpoint("scored")
+    assert c.label == "scored" and c.change_bytes >= 2 * 50 * 50 * 4
+    del Y
+    log.checkpoint("freed")
+    assert log.checkpoints()[1].change_bytes <= -2 * 50 * 50 * 4
+    assert "scored" in log.summary() and "freed" in log.summary()
+    assert biaffine.format_bytes(1536) == "1.5 KB"
+    biaffine.set_limit(biaffine.memory_stats()["current_bytes"] + 1000)
+    try:
+        with pytest.raises(MemoryError):
+            s.predict(docs, [[50, 50]])
+    finally:
+        biaffine.set_limit(0)
+    assert biaffine.limit() == 0
+
+
+def test_decoders_and_splitting():
+    sc = np.array([[5.0, 1, 0], [9, 0, 0], [0, 8, 0]])
+    assert list(biaffine.argmax_heads(sc)) == [0, 0, 1]
+    assert list(biaffine.mst_heads(sc)) == [0, 0, 1] and biaffine.is_tree([0, 0, 1])
+    big = np.zeros((2, 5, 5), np.float32)
+    big[1, :3, :3] = sc  # a strided block of a padded batch, read in place
+    assert list(biaffine.mst_heads(big[1, :3, :3])) == [0, 0, 1]
+    assert biaffine.lazy_split(np.arange(5, dtype=np.float32), 2) == [2, 1, 1, 1]
+    assert biaffine.cap_split_lengths([3, 7], 3) == [3, 3, 2, 2]
+    assert biaffine.cap_split_lengths([5], 2, np.array([0, 0, 9, 0, 0], np.float64)) == [2, 1, 2]
+    assert biaffine.minibatch_by_padded_size([5, 6, 5, 9], 18) == [[3], [0, 1, 2]]
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def expect(row, fn, exact=True):
+    cls_name, message = ROWS[row]
+    with pytest.raises(CLASSES[cls_name]) as info:
+        fn()
+    if exact:
+        assert str(info.value) == message, (row, str(info.value), message)
+    return info.value
+
+
+@pytest.fixture
+def s3():
+    return biaffine.biaffine_scorer(3, 2, seed=5, dtype="float64")
+
+
+def test_bad_input_table_rows(s3, tmp_path):
+    d = np.ones((7, 3))
+    expect("doc-count", lambda: s3.predict([d, d], [[7]]))
+    expect("split-sum", lambda: s3.predict([np.ones((6, 3)), np.ones((6, 3))], [[6], [2, 3]]))
+    expect("negative-length", lambda: s3.predict([np.ones((1, 3))], [[3, -2]]))
+    expect("doc-width", lambda: s3.predict([np.ones((2, 4))], [[2]]))
+    Y, bp = s3.forward([np.ones((4, 3)), np.ones((2, 3))], [[2, 2], [2]])
+    expect("grad-count", lambda: bp([np.ones((2, 2))] * 2))
+    Y, bp = s3.forward([np.ones((5, 3))], [[3, 2]])
+    expect("grad-shape", lambda: bp([np.zeros((3, 3)), np.zeros((3, 3))]))
+    Y, bp = s3.forward([np.ones((4, 3))], [[2, 2]])
+    expect("grad-not-square", lambda: bp([np.ones((2, 3)), np.ones((2, 2))]))
+    y, pbp = s3.forward_padded(np.ones((2, 4, 3)), [4, 2])
+    expect("padded-grad-shape", lambda: pbp(np.ones((2, 4, 3))))
+    Y, bp = s3.forward([d], [[7]])
+    bp([np.ones((7, 7))])
+    expect("backprop-twice", lambda: bp([np.ones((7, 7))]))
+    expect("budget-zero", lambda: biaffine.budget.bytes(0))
+    expect("budget-megabytes-overflow", lambda: biaffine.budget.megabytes(1 << 50))
+    expect("buffer-zero", lambda: s3.predict([d], [[7]], buffer=0))
+    expect("threads-zero", lambda: s3.predict([d], [[7]], threads=0))
+    expect("budget-below-bookkeeping", lambda: s3.predict([d], [[3, 2, 2]], budget=biaffine.budget.bytes(100), buffer=3))
+    expect("budget-below-index", lambda: s3.predict([np.ones((3, 3))] + [np.ones((0, 3))] * 3, [[1, 1, 1], [], [], []],
+                                                    budget=biaffine.budget.bytes(420)))
+    expect("bilinear-shapes", lambda: biaffine.pairwise_bilinear(np.ones((1, 2, 3)), np.ones((1, 2, 4)),
+                                                                 np.ones((1, 4, 4)), True, True))
+    expect("oversize-throw", lambda: s3.predict([np.ones((9, 3))], [[4, 5]], budget=biaffine.budget.items(4),
+                                                oversize="throw"))
+    expect("config-size", lambda: biaffine.biaffine_scorer(0, 2))
+    expect("config-dropout", lambda: biaffine.biaffine_scorer(3, 2, dropout=1.0))
+    expect("padded-rank", lambda: s3.predict_padded(np.ones((4, 3)), [4]))
+    expect("padded-width", lambda: s3.predict_padded(np.ones((2, 4, 5)), [4, 4]))
+    expect("padded-lengths-count", lambda: s3.predict_padded(np.ones((2, 4, 3)), [4]))
+    expect("padded-length-range", lambda: s3.predict_padded(np.ones((2, 4, 3)), [4, 5]))
+    expect("set-parameter-shape", lambda: s3.set_parameter("head_bias", np.ones(3)))
+    expect("set-parameter-name", lambda: s3.set_parameter("nope", np.ones(3)))
+    expect("load-npy-missing", lambda: s3.load_npy("/nonexistent"))
+    expect("as-view-rank", lambda: s3.predict([np.ones((2, 2, 3))], [[2]]))
+    expect("lazy-split-max-length", lambda: biaffine.lazy_split(np.ones(3), 0))
+    expect("cap-split-scores", lambda: biaffine.cap_split_lengths([2, 3], 2, np.ones(4)))
+    expect("decode-nan", lambda: biaffine.mst_heads(np.array([[0.0, 1], [np.nan, 0]])))
+    expect("decode-not-square", lambda: biaffine.mst_heads(np.ones((2, 3))))
+    base = biaffine.memory_stats()["current_bytes"]
+    biaffine.set_limit(base + 64)
+    try:
+        expect("memory-limit", lambda: s3.predict([d], [[7]]), exact=False)
+    finally:
+        biaffine.set_limit(0)
+    assert isinstance(biaffine.OverflowError("x"), OverflowError)
+    assert issubclass(biaffine.ShapeError, ValueError)
+
+
+def test_python_only_bad_input(s3):
+    d = np.ones((4, 3))
+    with pytest.raises(TypeError, match="expected dtype float64, got float32"):
+        s3.predict([d.astype(np.float32)], [[4]])
+    with pytest.raises(TypeError, match="expected dtype float64, got int64"):
+        s3.predict([np.ones((4, 3), np.int64)], [[4]])
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        s3.predict([np.ones((3, 4)).T], [[4]])
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        s3.predict([np.ones((8, 3))[::2]], [[4]])
+    with pytest.raises(biaffine.ShapeError, match="expected a 2-d array"):
+        s3.predict([np.ones(3)], [[1]])
+    with pytest.raises(TypeError, match="expected a numpy array"):
+        s3.predict([[[1.0, 2.0, 3.0]]], [[1]])
+    with pytest.raises(TypeError, match="docs must be a list"):
+        s3.predict(d, [[4]])
+    with pytest.raises(TypeError, match="split_lengths"):
+        s3.predict([d], [4])
+    with pytest.raises(TypeError, match="must hold integers"):
+        s3.predict([d], [[4.0]])
+    with pytest.raises(TypeError, match="budget"):
+        s3.predict([d], [[4]], budget="16MB")
+    with pytest.raises(TypeError, match="dtype must be float32 or float64"):
+        biaffine.biaffine_scorer(3, 2, dtype="float16")
+    Y, bp = s3.forward([d], [[4]])
+    with pytest.raises(TypeError, match="dY must be a list"):
+        bp(np.ones((4, 4)))
+    with pytest.raises(TypeError, match="expected dtype float64"):
+        bp([np.ones((4, 4), np.float32)])
+    with pytest.raises(TypeError):
+        biaffine.mst_heads([[0.0, 1.0], [1.0, 0.0]])
+
+
+def test_raising_callback_propagates_and_leaks_nothing():
+    s = biaffine.biaffine_scorer(8, 4)
+    docs = [np.ones((60, 8), np.float32)]
+    lengths = [[10] * 6]
+    s.predict(docs, lengths)
+    gc.collect()
+    base = biaffine.memory_stats()["current_bytes"]
+    refs = []
+
+    class Boom(Exception):
+        pass
+
+    calls = []
+
+    def cb(k, d, v):
+        calls.append(k)
+        if len(calls) == 3:
+            raise Boom("stop at the third split")
+
+    for threads in (1, 2, 1, 2, 1, 2):
+        calls.clear()
+        try:
+            s.predict_stream(docs, lengths, cb, budget=biaffine.budget.items(20), threads=threads)
+        except Boom as e:
+            assert str(e) == "stop at the third split"
+        else:
+            raise AssertionError("the callback's exception did not reach the caller")
+        # One thread stops at the failing call; with two, the other thread's
+        # batch of the same buffer may still deliver.
+        assert len(calls) == 3 if threads == 1 else len(calls) >= 3
+        gc.collect()
+        refs.append(sys.getrefcount(docs[0]))
+    assert biaffine.memory_stats()["current_bytes"] == base
+    assert refs == [refs[0]] * len(refs)
+    kept = []
+    with pytest.raises(ValueError, match="kept a reference"):
+        s.predict_stream(docs, lengths, lambda k, d, v: kept.append(v))
+    view = []
+    s.predict_stream(docs, lengths, lambda k, d, v: view.append(v.flags["WRITEABLE"]))
+    assert view == [False] * 6
