@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <filesystem>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -287,6 +288,49 @@ std::map<std::string, std::function<void()>> scenarios()
     s["load-npy-missing"] = [] {
         biaffine_scorer<double> sc(small_config());
         biaffine::load_npy(sc, "/nonexistent");
+    };
+    // A saved set in a fixed folder (the messages name the files), then one
+    // file spoiled per scenario.
+    auto spoiled = [](const char* file, const std::string& bytes) {
+        const std::string dir = "/tmp/biaffine_bad_input_npy";
+        std::filesystem::create_directories(dir);
+        biaffine_scorer<double> good(small_config());
+        biaffine::save_npy(good, dir);
+        std::ofstream(dir + "/" + file, std::ios::binary | std::ios::trunc) << bytes;
+        biaffine_scorer<double> sc(small_config());
+        biaffine::load_npy(sc, dir);
+    };
+    auto npy = [](const std::string& dict, std::size_t data_bytes) {
+        std::string h = dict;
+        while ((10 + h.size() + 1) % 64 != 0) h += ' ';
+        h += '\n';
+        return std::string("\x93NUMPY\x01\x00", 8) + static_cast<char>(h.size()) + '\0' + h +
+               std::string(data_bytes, '\0');
+    };
+    s["npy-truncated"] = [=] {
+        spoiled("head_bias.npy", npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", 8));
+    };
+    s["npy-shape"] = [=] {
+        spoiled("bilinear_weight.npy", npy("{'descr': '<f8', 'fortran_order': False, 'shape': (1, 2, 3), }", 48));
+    };
+    s["npy-dtype"] = [=] {
+        spoiled("head_bias.npy", npy("{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }", 16));
+    };
+    s["npy-not-npy"] = [=] { spoiled("dependent_bias.npy", "hello"); };
+    s["save-npy-folder"] = [] {
+        biaffine_scorer<double> sc(small_config());
+        biaffine::save_npy(sc, "/nonexistent/folder");
+    };
+    s["config-size-overflow"] = [] {
+        scorer_config c = small_config();
+        c.hidden = std::size_t(1) << 62;
+        biaffine_scorer<float> sc(c);
+    };
+    s["loss-gold-head"] = [] {
+        score_list<double> Y;
+        Y.push_back(score_tensor<double>::from_shape({2, 2}));
+        Y.back().fill(0.0);
+        cross_entropy_heads<double>(Y, std::vector<std::vector<int>>{{0, 2}});
     };
     s["as-view-rank"] = [] {
         const xt::xarray<double> x = xt::ones<double>({2, 2, 2});
