@@ -653,6 +653,41 @@ TEST_CASE("mst_heads: a row holding only infinities of both signs, and +inf arcs
     CHECK(weight_of(all, 3, h2) == best_of(all, 3, all_trees(3)).first);
 }
 
+TEST_CASE("mst_heads, eisner_heads: scores near the double range stay exact and in range", "[decode][huge]")
+{
+    // Reduced weights and chart sums of such scores would overflow a plain
+    // double path; the decoders must still return optimal trees (n <= 5: the
+    // brute-force sums of 5 terms of 3e307 still fit) and never crash.
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<double> u(-3e307, 3e307);
+    for (std::size_t n = 1; n <= 5; ++n) {
+        for (int iter = 0; iter < scaled(40); ++iter) {
+            std::vector<double> s(n * n);
+            for (double& x : s) x = u(rng);
+            INFO("n " << n << " iter " << iter);
+            const sizes mst = mst_heads(s.data(), n, n);
+            const sizes eis = eisner_heads(s.data(), n, n);
+            REQUIRE(ref_is_tree(mst));
+            REQUIRE(ref_is_tree(eis));
+            CHECK(ref_is_projective(eis));
+            CHECK(same_weight(weight_of(s, n, mst), best_of(s, n, all_trees(n)).first, magnitude(s)));
+            CHECK(same_weight(weight_of(s, n, eis), best_of(s, n, all_projective_trees(n)).first, magnitude(s)));
+        }
+    }
+    // Beyond that only validity can be asserted (sums overflow), for any n.
+    const double big = std::numeric_limits<double>::max();
+    for (std::size_t n : {6u, 17u, 40u}) {
+        std::vector<double> s(n * n);
+        std::uniform_int_distribution<int> sign(0, 2);
+        for (double& x : s) x = sign(rng) == 0 ? -big : (sign(rng) == 1 ? big : u(rng));
+        INFO("n " << n);
+        CHECK(ref_is_tree(mst_heads(s.data(), n, n)));
+        const sizes eis = eisner_heads(s.data(), n, n);
+        CHECK(ref_is_tree(eis));
+        CHECK(ref_is_projective(eis));
+    }
+}
+
 TEST_CASE("eisner_heads: the recursive enumeration of projective trees is right", "[decode][eisner]")
 {
     for (std::size_t n = 1; n <= 6; ++n) {

@@ -187,9 +187,5 @@ inline W to_weight(V v)
     }
 }
 
-/// True when x is neither NaN nor infinite (branch-free, so loops over a row
-/// vectorise).
-inline bool finite_double(double x) { return std::fabs(x) <= std::numeric_limits<double>::max(); }
-
 }  // namespace detail
 }  // namespace biaffine

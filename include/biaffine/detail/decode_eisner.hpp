@@ -8,6 +8,7 @@
 // orientations so each inner maximum reads two contiguous rows.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -51,7 +52,7 @@ inline std::size_t eisner_argmax_sum(const double* a, const double* b, std::size
         const std::int64_t c = a[r] + b[r] == best ? r : end;
         first = c < first ? c : first;
     }
-    return static_cast<std::size_t>(first);
+    return first == end ? 0 : static_cast<std::size_t>(first);  // end only if a sum overflowed
 }
 
 inline std::size_t eisner_argmax_sum(const tiered_weight* a, const tiered_weight* b, std::size_t len,
@@ -191,12 +192,15 @@ std::vector<std::size_t> eisner_heads_rows(std::size_t n, const Row& row, V* buf
         (8 * sizeof(tiered_weight));
     // One pass decides the weight type: NaN throws (row-major order, as
     // argmax_heads), an infinity switches to (tier, sum) weights.
+    // Sums of up to 2n scores must not overflow on the double path: larger
+    // magnitudes take the tiered path too, whose scalar maxima stay in range.
+    const double limit = std::numeric_limits<double>::max() / (4.0 * static_cast<double>(n));
     bool finite = true;
     for (std::size_t m = 0; m < n; ++m) {
         const V* r = row(m, buf);
         for (std::size_t l = 0; l < n; ++l) {
             check_not_nan(r[l], m, l, where);
-            finite &= finite_double(static_cast<double>(r[l]));
+            finite &= std::fabs(static_cast<double>(r[l])) <= limit;
         }
     }
     if (n == 1) return {0};

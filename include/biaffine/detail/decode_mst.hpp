@@ -66,7 +66,7 @@ inline std::size_t mst_best_column(const double* r, std::size_t N)
     // Vectorised maximum, then the first column equal to it (no NaN here).
     const double best = Eigen::Map<const Eigen::ArrayXd>(r + 1, static_cast<Eigen::Index>(N - 1)).maxCoeff();
     std::size_t y = 1;
-    while (r[y] != best) ++y;
+    while (y + 1 < N && r[y] != best) ++y;  // bounded even if a NaN slipped in
     return y;
 }
 
@@ -214,16 +214,21 @@ std::vector<std::size_t> mst_solve(std::size_t n, mst_scratch<W>& ws)
 }
 
 /// Row `r` ([n] scores of V) into `out` as doubles; false if some value is
-/// not finite (NaN or infinite).
+/// not finite (NaN or infinite) or, for double rows, above `limit` in
+/// magnitude.
 template <class V>
-bool load_row_double(const V* r, std::size_t n, double* out)
+bool load_row_double(const V* r, std::size_t n, double* out, double limit)
 {
     const auto L = static_cast<Eigen::Index>(n);
     if constexpr (std::is_same_v<V, float> || std::is_same_v<V, double>) {
         const Eigen::Map<const Eigen::Array<V, Eigen::Dynamic, 1>> a(r, L);
         Eigen::Map<Eigen::ArrayXd>(out, L) = a.template cast<double>();
         // x * 0 is NaN exactly for NaN and infinities; the sum keeps it.
-        return !std::isnan((a * V(0)).sum());
+        if (std::isnan((a * V(0)).sum())) return false;
+        if constexpr (std::is_same_v<V, double>) {
+            if (!(a.abs().maxCoeff() <= limit)) return false;
+        }
+        return true;
     } else if constexpr (std::is_same_v<V, std::int32_t>) {
         Eigen::Map<Eigen::ArrayXd>(out, L) =
             Eigen::Map<const Eigen::Array<std::int32_t, Eigen::Dynamic, 1>>(r, L).template cast<double>();
@@ -238,8 +243,9 @@ bool load_row_double(const V* r, std::size_t n, double* out)
 /// into rows 1..n of the weights (stride N = n + 1): w[(m+1) * N + 0] =
 /// score(m, m) (the root arc), w[(m+1) * N + (l+1)] = score(m, l), the
 /// self-loop excluded. With W = double, returns false (throwing nothing) at
-/// the first row holding a NaN or infinity; with tiered_weight, throws on the
-/// first NaN (row by row, the diagonal first).
+/// the first row holding a NaN, an infinity or a double beyond a quarter of
+/// the double range; with tiered_weight, throws on the first NaN (row by row,
+/// the diagonal first).
 template <class W, class V, class Row>
 bool mst_load(std::size_t n, const Row& row, V* buf, W* in)
 {
@@ -248,7 +254,10 @@ bool mst_load(std::size_t n, const Row& row, V* buf, W* in)
         const V* r = row(m, buf);
         W* out = in + (m + 1) * N;
         if constexpr (std::is_same_v<W, double>) {
-            if (!load_row_double(r, n, out + 1)) return false;
+            // Reduced weights stay within [-2 max|score|, max|score|], so
+            // scores up to a quarter of the double range never overflow;
+            // larger ones take the (index-safe) tiered path.
+            if (!load_row_double(r, n, out + 1, std::numeric_limits<double>::max() / 4)) return false;
         } else {
             check_not_nan(r[m], m, m, "mst_heads");
             for (std::size_t l = 0; l < n; ++l) {
