@@ -158,16 +158,18 @@ std::vector<std::size_t> argmax_heads(const E& scores)
 /// trees. Infinite scores rank by tier: fewer -inf (more +inf) arcs first, then
 /// the finite sum, so -inf arcs are avoided whenever a tree without them exists.
 ///
-/// Tie rule: among equal-score trees the result is deterministic, and the same
-/// tree as the library's earlier implementation (the search order of
-/// Chu-Liu/Edmonds is unchanged: a path from token 0 along each token's best
-/// head, the lowest column among equal best heads, contracted cycles
-/// comparing their members in path order). It is not otherwise specified,
-/// e.g. not the lexicographically smallest tree.
+/// Tie rule: deterministic. Edmonds' search follows a path from token 0 along
+/// each node's best in-arc; among equal best arcs into a node the lowest head
+/// index wins (the root only once nothing else is left), and a contracted
+/// cycle's reduced arcs keep the first member in path order. Continuous scores
+/// have one optimum, so this matters only for exact ties (integer scores,
+/// masks, infinities), where the tree may differ from the one earlier versions
+/// returned, with the same score. Not otherwise specified (e.g. not the
+/// lexicographically smallest tree).
 ///
-/// n == 0 -> {}, n == 1 -> {0}. O(n^2) time; one `[n+1, n+1]` double copy of
-/// the scores per thread (kept between calls up to 2 MB) plus `[n+1, n+1]`
-/// 32-bit arc indices. Throws error on NaN (naming row and column),
+/// n == 0 -> {}, n == 1 -> {0}. O(n^2) time; per thread, a double copy of the
+/// scores plus one row per contracted cycle, at most `[2n+2, n+1]` doubles
+/// (kept between calls up to 2 MB). Throws error on NaN (naming row and column),
 /// shape_error if row_stride < n, error on a null pointer with n > 0.
 template <class T>
 std::vector<std::size_t> mst_heads(const T* data, std::size_t n, std::size_t row_stride)
