@@ -4,9 +4,14 @@
 // independently of is_tree), and for n <= 5 its score is the best over every
 // single-root tree (brute force; integer scores, so sums are exact; infinite
 // scores rank by tier: +inf count minus -inf count, then the finite sum). For
-// larger n it is at least as good as every star and chain tree. argmax_heads:
-// each head is the row's first maximum. A NaN anywhere throws biaffine::error;
-// the pointer (any row stride), xtensor and Eigen overloads agree.
+// larger n it is at least as good as every star and chain tree. eisner_heads:
+// a projective tree with one root (checked independently), for n <= 5 the best
+// over every projective single-root tree (brute force, same tier order), for
+// larger n at least as good as every chain (chains are projective) and never
+// better than mst_heads. argmax_heads: each head is the row's first maximum. A
+// NaN anywhere throws biaffine::error from all three; the pointer (any row
+// stride), xtensor and Eigen overloads agree.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -39,6 +44,23 @@ bool tree(const std::vector<std::size_t>& h)
         std::size_t v = i;
         for (std::size_t s = 0; s < n; ++s) v = h[v];
         if (h[v] != v) return false;
+    }
+    return true;
+}
+
+/// Independent projectivity check (h a tree): for every arc h -> d, each token
+/// strictly between them descends from h.
+bool projective(const std::vector<std::size_t>& h)
+{
+    const std::size_t n = h.size();
+    for (std::size_t d = 0; d < n; ++d) {
+        if (h[d] == d) continue;
+        const std::size_t lo = std::min(d, h[d]), hi = std::max(d, h[d]);
+        for (std::size_t k = lo + 1; k < hi; ++k) {
+            std::size_t v = k;
+            for (std::size_t s = 0; s < n && v != h[d] && h[v] != v; ++s) v = h[v];
+            if (v != h[d]) return false;
+        }
     }
     return true;
 }
@@ -91,7 +113,12 @@ void run(fuzz::input& in)
         } catch (const error&) {
             ++threw;
         }
-        FUZZ_CHECK(threw == 2);
+        try {
+            eisner_heads(s.data(), n, stride);
+        } catch (const error&) {
+            ++threw;
+        }
+        FUZZ_CHECK(threw == 3);
         return;
     }
     const std::vector<std::size_t> heads = mst_heads(s.data(), n, stride);
@@ -99,17 +126,30 @@ void run(fuzz::input& in)
     FUZZ_CHECK(tree(heads));
     FUZZ_CHECK(is_tree(heads));
     const auto w = weight(s, stride, heads);
+    const std::vector<std::size_t> proj = eisner_heads(s.data(), n, stride);
+    FUZZ_CHECK(proj.size() == n);
+    FUZZ_CHECK(tree(proj));
+    FUZZ_CHECK(projective(proj));
+    const auto wp = weight(s, stride, proj);
+    FUZZ_CHECK(!(w < wp));  // the projective optimum never beats the MST
     if (n <= 5) {
         std::vector<std::size_t> h(n, 0);
         std::pair<long, double> best{std::numeric_limits<long>::min(), 0};
+        std::pair<long, double> best_proj = best;
         for (;;) {
-            if (tree(h)) best = std::max(best, weight(s, stride, h));
+            if (tree(h)) {
+                const auto wh = weight(s, stride, h);
+                best = std::max(best, wh);
+                if (projective(h)) best_proj = std::max(best_proj, wh);
+            }
             std::size_t i = 0;
             while (i < n && ++h[i] == n) h[i++] = 0;
             if (i == n) break;
         }
         if (n > 0) FUZZ_CHECK(w == best);
-    } else {
+        if (n > 0) FUZZ_CHECK(wp == best_proj);
+    }
+    if (n > 5) {
         for (std::size_t r = 0; r < n; ++r) {  // the star and a chain rooted at r
             std::vector<std::size_t> star(n, r), chain(n), order{r};
             for (std::size_t i = 0; i < n; ++i)
@@ -119,6 +159,13 @@ void run(fuzz::input& in)
             FUZZ_CHECK(tree(star) && tree(chain));
             FUZZ_CHECK(!(w < weight(s, stride, star)));
             FUZZ_CHECK(!(w < weight(s, stride, chain)));
+            // Projective: the star, and the chain r -> r-1 -> ... -> 0 plus
+            // r -> r+1 -> ... -> n-1.
+            std::vector<std::size_t> pchain(n);
+            for (std::size_t i = 0; i < n; ++i) pchain[i] = i < r ? i + 1 : (i > r ? i - 1 : r);
+            FUZZ_CHECK(projective(star) && projective(pchain));
+            FUZZ_CHECK(!(wp < weight(s, stride, star)));
+            FUZZ_CHECK(!(wp < weight(s, stride, pchain)));
         }
     }
     // Greedy heads: the first maximum of each row.
@@ -143,6 +190,8 @@ void run(fuzz::input& in)
     FUZZ_CHECK(mst_heads(x) == heads);
     FUZZ_CHECK(mst_heads(e) == heads);
     FUZZ_CHECK(argmax_heads(x) == greedy);
+    FUZZ_CHECK(eisner_heads(x) == proj);
+    FUZZ_CHECK(eisner_heads(e) == proj);
 }
 
 }  // namespace
