@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include <Eigen/Core>
+#include "biaffine/detail/eigen.hpp"  // Eigen, without GCC 12's AVX-512 false positives
 #include <xtensor/xtensor.hpp>
 
 #include "biaffine/decode.hpp"

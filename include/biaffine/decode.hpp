@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include <Eigen/Core>
+#include "biaffine/detail/eigen.hpp"
 
 #include "biaffine/detail/decode_common.hpp"
 #include "biaffine/detail/decode_eisner.hpp"

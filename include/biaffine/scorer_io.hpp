@@ -184,9 +184,11 @@ void read_npy_checked(const std::string& path, const std::vector<std::size_t>& s
     }
 }
 
-// Writes one C-ordered little-endian .npy (format 1.0) of T to `path`.
+// Writes one C-ordered little-endian .npy (format 1.0) of T to `path`;
+// errors name `shown` (the file the user asked for).
 template <class T>
-void write_npy(const std::string& path, const T* data, std::size_t size, const std::vector<std::size_t>& shape)
+void write_npy(const std::string& path, const std::string& shown, const T* data, std::size_t size,
+               const std::vector<std::size_t>& shape)
 {
     std::string dict = std::string("{'descr': '") + (sizeof(T) == 8 ? "<f8" : "<f4") +
                        "', 'fortran_order': False, 'shape': (";
@@ -197,7 +199,7 @@ void write_npy(const std::string& path, const T* data, std::size_t size, const s
     dict.append(total - 10 - dict.size() - 1, ' ');
     dict += '\n';
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    if (!out) throw error(msg("save_npy: cannot create ", path));
+    if (!out) throw error(msg("save_npy: cannot create ", shown, " (does the folder exist?)"));
     const std::size_t len = dict.size();
     const char prefix[10] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<char>(len & 0xff),
                              static_cast<char>((len >> 8) & 0xff)};
@@ -205,7 +207,7 @@ void write_npy(const std::string& path, const T* data, std::size_t size, const s
     out.write(dict.data(), static_cast<std::streamsize>(dict.size()));
     out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size * sizeof(T)));
     out.flush();
-    if (!out) throw error(msg("save_npy: writing ", path, " failed"));
+    if (!out) throw error(msg("save_npy: writing ", shown, " failed"));
 }
 
 }  // namespace detail
@@ -223,7 +225,7 @@ void save_npy(const biaffine_scorer<T>& scorer, const std::string& dir)
     try {
         for (const auto& p : params) {
             tmp.push_back(dir + "/." + p.name + ".npy.partial");
-            detail::write_npy(tmp.back(), p.data, p.size, p.shape);
+            detail::write_npy(tmp.back(), dir + "/" + p.name + ".npy", p.data, p.size, p.shape);
         }
     } catch (...) {
         for (const std::string& t : tmp) std::remove(t.c_str());

@@ -14,7 +14,7 @@
 #include <limits>
 #include <vector>
 
-#include <Eigen/Core>
+#include "biaffine/detail/eigen.hpp"
 
 #include "biaffine/detail/decode_common.hpp"
 

@@ -31,7 +31,7 @@
 #include <type_traits>
 #include <vector>
 
-#include <Eigen/Core>
+#include "biaffine/detail/eigen.hpp"
 
 #include "biaffine/detail/decode_common.hpp"
 
