@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "biaffine/biaffine.hpp"
@@ -126,9 +127,11 @@ void fuzz_spacy_rule(fuzz::input& in)
 }
 
 /// A split-list layer that records the batches it is handed and reports a
-/// fuzzed polynomial cost (heap bytes, so no workspace is reserved).
+/// fuzzed polynomial cost (heap bytes, so no workspace is reserved). Only
+/// predict_stream runs; predict and forward complete the layer protocol.
 struct recording_layer {
     using value_type = double;
+    using backprop_type = split_backprop<double>;
     const double* base = nullptr;
     std::uint64_t a = 0, b = 0, c = 0, d = 0;
     mutable std::mutex mutex;
@@ -163,6 +166,16 @@ struct recording_layer {
             batches.push_back(got);
         }
         for (std::size_t j = 0; j < X.size(); ++j) sink(j, score_view<const double>{nullptr, 0, 1, 0});
+    }
+    template <class Items>
+    score_list<double> predict(const Items&) const
+    {
+        throw error("recording_layer: only predict_stream is fuzzed");
+    }
+    template <class Items>
+    std::pair<score_list<double>, backprop_type> forward(const Items&, mode = mode::train)
+    {
+        throw error("recording_layer: only predict_stream is fuzzed");
     }
 };
 

@@ -65,9 +65,9 @@ struct batch_options {
     bool concurrent_sink = false;
 };
 
-/// See the file comment. `Inner` is a split-list layer: `predict`,
-/// `predict_stream`, `forward`, `cost`, `n_in`, `labels`, `score_shape`
-/// (biaffine_scorer, with_pad_seq_unpad_matrix, or your own).
+/// See the file comment. `Inner` is a split-list layer (check_split_layer):
+/// `predict`, `predict_stream`, `forward`, `cost`, `n_in`, `labels`,
+/// `score_shape` (biaffine_scorer, with_pad_seq_unpad_matrix, or your own).
 ///
 /// Thread safety: `predict` and `predict_stream` are const and may run
 /// concurrently (the counters are atomic) when the inner layer's predict may;
@@ -77,31 +77,29 @@ struct batch_options {
 /// the inner layer exposes `parameters()` or `inner()`); the input-gradient
 /// slots are then unspecified.
 template <class Inner>
-class with_minibatch_by_padded_size_layer {
-    using inner_type = std::remove_reference_t<Inner>;
+class with_minibatch_by_padded_size_layer : public detail::wrapping_layer<Inner> {
+    static_assert(check_split_layer<Inner>());
+    using base = detail::wrapping_layer<Inner>;
+    using typename base::inner_type;
+    using base::inner_;
 
 public:
-    using value_type = typename inner_type::value_type;
+    using typename base::value_type;
     using T = value_type;
     using backprop_type = split_backprop<T>;
 
     /// Wraps `inner` (held by reference when an lvalue); throws budget_error
     /// for a zero budget or buffer, error for zero threads.
     with_minibatch_by_padded_size_layer(Inner&& inner, budget b, batch_options opts = {})
-        : inner_(std::forward<Inner>(inner)), budget_(b), opts_(opts)
+        : base(std::forward<Inner>(inner)), budget_(b), opts_(opts)
     {
         if (b.value == 0) throw budget_error("with_minibatch_by_padded_size: the budget must be positive, got 0");
         if (opts.buffer == 0) throw budget_error("with_minibatch_by_padded_size: buffer must be positive, got 0");
         if (opts.threads == 0) throw error("with_minibatch_by_padded_size: threads must be at least 1, got 0");
     }
 
-    inner_type& inner() noexcept { return inner_; }                  ///< the wrapped layer
-    const inner_type& inner() const noexcept { return inner_; }      ///< the wrapped layer
     const budget& get_budget() const noexcept { return budget_; }    ///< the batch budget
     const batch_options& options() const noexcept { return opts_; } ///< buffer, oversize, threads
-    std::size_t n_in() const { return inner_.n_in(); }               ///< input width
-    std::size_t labels() const { return inner_.labels(); }           ///< o
-    auto score_shape(std::size_t n) const { return inner_.score_shape(n); } ///< `[n, n(, o)]`
     /// The inner layer's cost of a batch of `count` splits of at most `max_len`.
     batch_cost cost(std::size_t count, std::size_t max_len, mode m = mode::eval) const
     {
@@ -497,7 +495,6 @@ private:
         }
     };
 
-    Inner inner_;
     budget budget_;
     batch_options opts_;
     mutable detail::counter oversize_;
