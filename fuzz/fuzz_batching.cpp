@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "biaffine/biaffine.hpp"
@@ -31,7 +32,7 @@ namespace {
 
 using batch_list = std::vector<std::vector<std::size_t>>;
 
-/// The rule, written directly from its description: per window of `buffer`
+/// The rule, written directly from its description: per buffer of `buffer`
 /// items, sort by (length, index), grow a batch while cost(count + 1, len)
 /// stays within the limit (an item alone always starts one), emit the
 /// batches longest first, input order inside.
@@ -44,18 +45,18 @@ batch_list reference_plan(const std::vector<std::uint64_t>& lengths, std::size_t
         std::vector<std::size_t> idx;
         for (std::size_t i = begin; i < end; ++i) idx.push_back(i);
         std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return lengths[a] < lengths[b]; });
-        batch_list window;
+        batch_list planned;
         std::vector<std::size_t> cur;
         for (std::size_t i : idx) {
             if (!cur.empty() && cost(cur.size() + 1, lengths[i]) > limit) {
-                window.push_back(cur);
+                planned.push_back(cur);
                 cur.clear();
             }
             cur.push_back(i);
         }
-        if (!cur.empty()) window.push_back(cur);
-        std::reverse(window.begin(), window.end());
-        for (auto& b : window) {
+        if (!cur.empty()) planned.push_back(cur);
+        std::reverse(planned.begin(), planned.end());
+        for (auto& b : planned) {
             std::sort(b.begin(), b.end());
             out.push_back(b);
         }
@@ -66,15 +67,15 @@ batch_list reference_plan(const std::vector<std::uint64_t>& lengths, std::size_t
 void check_partition(const batch_list& batches, std::size_t n, std::size_t buffer)
 {
     std::vector<int> seen(n, 0);
-    std::size_t last_window = 0;
+    std::size_t last_buffer = 0;
     for (const auto& b : batches) {
         FUZZ_CHECK(!b.empty());
-        const std::size_t window = b.front() / buffer;
-        FUZZ_CHECK(window >= last_window);  // windows run in order
-        last_window = window;
+        const std::size_t which = b.front() / buffer;
+        FUZZ_CHECK(which >= last_buffer);  // buffers run in order
+        last_buffer = which;
         for (std::size_t j = 0; j < b.size(); ++j) {
             FUZZ_CHECK(b[j] < n);
-            FUZZ_CHECK(b[j] / buffer == window);  // never across buffers
+            FUZZ_CHECK(b[j] / buffer == which);  // never across buffers
             if (j > 0) FUZZ_CHECK(b[j - 1] < b[j]);  // input order inside
             ++seen[b[j]];
         }
@@ -126,9 +127,11 @@ void fuzz_spacy_rule(fuzz::input& in)
 }
 
 /// A split-list layer that records the batches it is handed and reports a
-/// fuzzed polynomial cost (heap bytes, so no workspace is reserved).
+/// fuzzed polynomial cost (heap bytes, so no workspace is reserved). Only
+/// predict_stream runs; predict and forward complete the layer protocol.
 struct recording_layer {
     using value_type = double;
+    using backprop_type = split_backprop<double>;
     const double* base = nullptr;
     std::uint64_t a = 0, b = 0, c = 0, d = 0;
     mutable std::mutex mutex;
@@ -163,6 +166,16 @@ struct recording_layer {
             batches.push_back(got);
         }
         for (std::size_t j = 0; j < X.size(); ++j) sink(j, score_view<const double>{nullptr, 0, 1, 0});
+    }
+    template <class Items>
+    score_list<double> predict(const Items&) const
+    {
+        throw error("recording_layer: only predict_stream is fuzzed");
+    }
+    template <class Items>
+    std::pair<score_list<double>, backprop_type> forward(const Items&, mode = mode::train)
+    {
+        throw error("recording_layer: only predict_stream is fuzzed");
     }
 };
 
@@ -238,32 +251,32 @@ void fuzz_byte_planner(fuzz::input& in)
         return;
     }
     const batch_list expected = reference_plan(lengths, opts.buffer, limit, cost);
-    // Where the reference says the run must stop: the first window holding a
+    // Where the reference says the run must stop: the first buffer holding a
     // lone item whose cost overflows 64 bits (it cannot be sized), or, under
-    // the throw policy, one over the limit. The library plans a whole window
-    // before running it, so every earlier window has run.
-    std::size_t stop_window = SIZE_MAX;
+    // the throw policy, one over the limit. The library plans a whole buffer
+    // before running it, so every earlier buffer has run.
+    std::size_t stop_buffer = SIZE_MAX;
     const char* stop_kind = nullptr;
     for (const auto& bt : expected) {
         const std::size_t w = bt.front() / opts.buffer;
-        if (w > stop_window) break;
+        if (w > stop_buffer) break;
         if (bt.size() != 1) continue;
         const u128 c1 = cost(1, lengths[bt.front()]);
         if (c1 > max64) {
-            stop_window = w;
+            stop_buffer = w;
             stop_kind = "overflow";
         } else if (c1 > limit && opts.oversize == oversize_policy::throw_error && stop_kind == nullptr) {
-            stop_window = w;
+            stop_buffer = w;
             stop_kind = "budget";
         }
     }
     // Under an items budget a batch may fit the budget and still have a byte
     // cost that overflows 64 bits: running it (sizing its workspace) throws
-    // overflow_error instead of allocating. The run stops in that window.
+    // overflow_error instead of allocating. The run stops in that buffer.
     if (items) {
         for (const auto& bt : expected) {
             const std::size_t w = bt.front() / opts.buffer;
-            if (w >= stop_window) break;
+            if (w >= stop_buffer) break;
             std::uint64_t max_len = 0;
             for (std::size_t i : bt) max_len = std::max(max_len, lengths[i]);
             if (layer.exact_cost(bt.size(), max_len) <= max64) continue;
@@ -283,26 +296,26 @@ void fuzz_byte_planner(fuzz::input& in)
         FUZZ_CHECK(thrown == nullptr);
         for (int dlv : delivered) FUZZ_CHECK(dlv == 1);
     } else {
-        // Planning a window (which sizes every lone item) comes before the
+        // Planning a buffer (which sizes every lone item) comes before the
         // throw policy looks at it, so an overflow there wins.
         FUZZ_CHECK(thrown != nullptr && std::strcmp(thrown, stop_kind) == 0);
-        for (std::size_t i = 0; i < n; ++i) FUZZ_CHECK(delivered[i] == (i / opts.buffer < stop_window ? 1 : 0));
+        for (std::size_t i = 0; i < n; ++i) FUZZ_CHECK(delivered[i] == (i / opts.buffer < stop_buffer ? 1 : 0));
     }
 
-    // The batches that ran, in order (with threads, order within a window
+    // The batches that ran, in order (with threads, order within a buffer
     // is free): the reference's, each within the limit or a lone item.
     batch_list ran = layer.batches;
     batch_list want;
     for (const auto& bt : expected) {
-        if (bt.front() / opts.buffer < stop_window) want.push_back(bt);
+        if (bt.front() / opts.buffer < stop_buffer) want.push_back(bt);
     }
     if (opts.threads > 1) {
-        auto by_window = [&](const std::vector<std::size_t>& x, const std::vector<std::size_t>& y) {
+        auto by_buffer = [&](const std::vector<std::size_t>& x, const std::vector<std::size_t>& y) {
             return x.front() / opts.buffer != y.front() / opts.buffer ? x.front() / opts.buffer < y.front() / opts.buffer
                                                                       : x < y;
         };
-        std::sort(ran.begin(), ran.end(), by_window);
-        std::sort(want.begin(), want.end(), by_window);
+        std::sort(ran.begin(), ran.end(), by_buffer);
+        std::sort(want.begin(), want.end(), by_buffer);
     }
     if (ran != want) {  // say what differs before failing
         auto print = [](const char* what, const batch_list& bl) {

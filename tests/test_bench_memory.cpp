@@ -1,8 +1,9 @@
 // Smoke test of bench/bench_memory: runs the real binary through its
 // re-executing driver on a tiny workload (--tokens 2000 --labels 1 --json),
 // parses the JSON lines with plain string search, and checks the keys, the
-// sizes implied by the workload (recomputed here from the split lengths),
-// and that the batched layers peak below naive padding.
+// sizes implied by the workload it reports (split count, longest split, sum
+// of squared lengths), and that the batched layers peak below naive padding.
+// It runs only the binary: the bench's workload code is the bench's own.
 //
 // The binary's path comes from BIAFFINE_BENCH_MEMORY_EXE, defined by
 // bench/CMakeLists.txt when the benches are built; without it the test only
@@ -13,8 +14,6 @@
 #include <map>
 #include <string>
 #include <vector>
-
-#include "../bench/workload.hpp"
 
 #ifdef BIAFFINE_BENCH_MEMORY_EXE
 
@@ -71,7 +70,7 @@ TEST_CASE("bench_memory --json: every configuration reports the required keys; b
     REQUIRE(r.json.size() == 3);  // naive, batched, streaming
 
     const std::vector<std::string> required{"mode", "tokens", "labels", "threads", "train", "budget_bytes",
-                                            "peak_bytes", "output_bytes", "heap_peak_bytes", "max_rss_bytes",
+                                            "splits", "max_len", "sum_sq_lengths", "peak_bytes", "output_bytes", "heap_peak_bytes", "max_rss_bytes",
                                             "seconds", "gflop"};
     std::map<std::string, std::string> by_mode;
     for (const auto& obj : r.json) {
@@ -108,17 +107,21 @@ TEST_CASE("bench_memory --json: every configuration reports the required keys; b
     CHECK(num(streaming, "output_bytes") == 0);
     CHECK(num(streaming, "peak_bytes") <= num(streaming, "budget_bytes") + 4096);
 
-    // Sizes implied by the workload, recomputed from its split lengths:
-    // naive returns the padded [n_splits, L, L] array; batched one [n, n]
-    // tensor per split (plus the list holding them, a few dozen bytes each).
-    const auto lengths = biaffine_bench::make_split_lengths(2000);
-    double sum_sq = 0;
-    int max_len = 0;
-    for (int n : lengths) {
-        sum_sq += double(n) * n;
-        max_len = std::max(max_len, n);
+    // Sizes implied by the workload: naive returns the padded
+    // [n_splits, max_len, max_len] array; batched one [n, n] tensor per split
+    // (plus the list holding them, a few dozen bytes each). Every mode scores
+    // the same splits.
+    for (const char* k : {"splits", "max_len", "sum_sq_lengths"}) {
+        INFO("key " << k);
+        CHECK(num(naive, k) == num(batched, k));
+        CHECK(num(batched, k) == num(streaming, k));
     }
-    const double b = static_cast<double>(lengths.size());
+    const double b = num(batched, "splits"), max_len = num(batched, "max_len"), sum_sq = num(batched, "sum_sq_lengths");
+    CHECK(b > 1);
+    CHECK(max_len >= 1);
+    CHECK(max_len <= 100);  // the workload clips split lengths to [1, 100]
+    CHECK(sum_sq >= 2000);            // sum n^2 >= sum n = tokens
+    CHECK(sum_sq <= 2000 * max_len);  // sum n^2 <= max_len * sum n
     CHECK(num(naive, "output_bytes") == b * max_len * max_len * sizeof(float));
     CHECK(num(batched, "output_bytes") >= sum_sq * sizeof(float));
     CHECK(num(batched, "output_bytes") <= sum_sq * sizeof(float) + b * 256);

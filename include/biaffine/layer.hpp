@@ -52,6 +52,19 @@ struct has_value_type : std::false_type {};
 template <class L>
 struct has_value_type<L, std::void_t<typename L::value_type>> : std::true_type {};
 
+// L::value_type, or a stand-in when L has none: wrapping_layer then leaves
+// the combinator's protocol check to name what is missing (void would make
+// the combinator's own types fail first, in a page of template errors).
+struct missing_value_type {};
+template <class L, class = void>
+struct value_type_of {
+    using type = missing_value_type;
+};
+template <class L>
+struct value_type_of<L, std::void_t<typename L::value_type>> {
+    using type = typename L::value_type;
+};
+
 template <class L, class = void>
 struct has_n_in : std::false_type {};
 template <class L>
@@ -206,14 +219,15 @@ inline std::size_t max_split_rows(const std::size_t* off, std::size_t count)
 /// What every combinator passes through from the layer it wraps: the inner
 /// layer itself (held by reference when constructed from an lvalue, moved in
 /// from an rvalue), its scalar type, input width, label count and score
-/// shape. A combinator derives from this and adds its own forward.
+/// shape. A combinator derives from this, checks its inner layer
+/// (check_split_layer or check_padded_layer) and adds its own forward.
 template <class Inner>
 class wrapping_layer {
 protected:
     using inner_type = std::remove_reference_t<Inner>;
 
 public:
-    using value_type = typename inner_type::value_type;
+    using value_type = typename value_type_of<inner_type>::type;
 
     explicit wrapping_layer(Inner&& inner) : inner_(std::forward<Inner>(inner)) {}
 

@@ -8,21 +8,17 @@
 #pragma once
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <exception>
-#include <limits>
 #include <mutex>
-#include <thread>
-#include <vector>
 #include <type_traits>
 #include <utility>
 
 #include "biaffine/backprop.hpp"
+#include "biaffine/batching.hpp"
+#include "biaffine/detail/buffer_scheduler.hpp"
 #include "biaffine/detail/counter.hpp"
 #include "biaffine/detail/gradient_guard.hpp"
-#include "biaffine/batching.hpp"
 #include "biaffine/errors.hpp"
 #include "biaffine/layer.hpp"
 #include "biaffine/tensor.hpp"
@@ -65,9 +61,9 @@ struct batch_options {
     bool concurrent_sink = false;
 };
 
-/// See the file comment. `Inner` is a split-list layer: `predict`,
-/// `predict_stream`, `forward`, `cost`, `n_in`, `labels`, `score_shape`
-/// (biaffine_scorer, with_pad_seq_unpad_matrix, or your own).
+/// See the file comment. `Inner` is a split-list layer (check_split_layer):
+/// `predict`, `predict_stream`, `forward`, `cost`, `n_in`, `labels`,
+/// `score_shape` (biaffine_scorer, with_pad_seq_unpad_matrix, or your own).
 ///
 /// Thread safety: `predict` and `predict_stream` are const and may run
 /// concurrently (the counters are atomic) when the inner layer's predict may;
@@ -77,31 +73,29 @@ struct batch_options {
 /// the inner layer exposes `parameters()` or `inner()`); the input-gradient
 /// slots are then unspecified.
 template <class Inner>
-class with_minibatch_by_padded_size_layer {
-    using inner_type = std::remove_reference_t<Inner>;
+class with_minibatch_by_padded_size_layer : public detail::wrapping_layer<Inner> {
+    static_assert(check_split_layer<Inner>());
+    using base = detail::wrapping_layer<Inner>;
+    using typename base::inner_type;
+    using base::inner_;
 
 public:
-    using value_type = typename inner_type::value_type;
+    using typename base::value_type;
     using T = value_type;
     using backprop_type = split_backprop<T>;
 
     /// Wraps `inner` (held by reference when an lvalue); throws budget_error
     /// for a zero budget or buffer, error for zero threads.
     with_minibatch_by_padded_size_layer(Inner&& inner, budget b, batch_options opts = {})
-        : inner_(std::forward<Inner>(inner)), budget_(b), opts_(opts)
+        : base(std::forward<Inner>(inner)), budget_(b), opts_(opts)
     {
         if (b.value == 0) throw budget_error("with_minibatch_by_padded_size: the budget must be positive, got 0");
         if (opts.buffer == 0) throw budget_error("with_minibatch_by_padded_size: buffer must be positive, got 0");
         if (opts.threads == 0) throw error("with_minibatch_by_padded_size: threads must be at least 1, got 0");
     }
 
-    inner_type& inner() noexcept { return inner_; }                  ///< the wrapped layer
-    const inner_type& inner() const noexcept { return inner_; }      ///< the wrapped layer
     const budget& get_budget() const noexcept { return budget_; }    ///< the batch budget
     const batch_options& options() const noexcept { return opts_; } ///< buffer, oversize, threads
-    std::size_t n_in() const { return inner_.n_in(); }               ///< input width
-    std::size_t labels() const { return inner_.labels(); }           ///< o
-    auto score_shape(std::size_t n) const { return inner_.score_shape(n); } ///< `[n, n(, o)]`
     /// The inner layer's cost of a batch of `count` splits of at most `max_len`.
     batch_cost cost(std::size_t count, std::size_t max_len, mode m = mode::eval) const
     {
@@ -246,7 +240,8 @@ private:
         return Y;
     }
 
-    // Plans every buffer and calls `batch(items, input_indices, max_len,
+    // Pays the bookkeeping out of the budget, then has detail::buffer_scheduler
+    // plan every buffer and call `batch(items, input_indices, max_len,
     // my_turn)` once per batch inside a workspace sized by the batch's
     // reported scratch; with threads > 1 batches run concurrently. A batch
     // calls `my_turn()` before it delivers anything: it returns when every
@@ -288,216 +283,29 @@ private:
                                                  " cannot be sized: ", e.what()));
             }
         };
-        windows_run<Items, decltype(cost), Batch> state{*this, X, m, limit, cost, batch, std::min(threads, n)};
-        state.go();
-    }
-
-    // One call's schedule. A window is `buffer` consecutive items; windows are
-    // planned one at a time, in order, under the mutex (reading a lazy split
-    // list moves its cursor, so reads must not race), and a window is planned
-    // only once every batch of the previous one has been claimed. A thread
-    // that finds nothing left to claim plans the next window, so with threads
-    // > 1 the batches of window w+1 start while the last one of window w still
-    // runs. Delivery keeps the one-thread contract under errors: a batch
-    // delivers (`wait_turn`) only after every earlier window has delivered,
-    // and nothing from a window after the first failing one is delivered.
-    template <class Items, class Cost, class Batch>
-    struct windows_run {
-        // The arrays bookkeeping_bytes() accounts for, one set per thread:
-        // a window's batches may still run while the next one is planned.
-        struct slot {
-            tracked_vector<seq_view<const T>> items;
-            tracked_vector<seq_view<const T>> batch_items;  // items grouped by batch
-            tracked_vector<std::size_t> lengths;
-            tracked_vector<std::size_t> order;
-            tracked_vector<std::size_t> global;  // input index of batch_items[i]
-            tracked_vector<planned_batch> plan;
-            std::size_t window = 0;   // which window this slot holds
-            std::size_t n_batches = 0;
-            std::size_t next = 0;     // first batch not yet claimed
-            std::size_t running = 0;  // claimed, not finished
-            bool live = false;
-        };
-
-        const with_minibatch_by_padded_size_layer& layer;
-        const Items& X;
-        mode m;
-        std::uint64_t limit;
-        Cost& cost;
-        Batch& batch;
-        std::size_t threads;
-
-        std::mutex mutex{};
-        std::condition_variable turn{};   // a window finished, or a run failed
-        std::vector<slot> slots{};
-        slot* newest = nullptr;           // the last window planned
-        std::size_t next_window = 0;
-        std::size_t failed_window = std::numeric_limits<std::size_t>::max();
-        std::exception_ptr first_error{};
-
-        void go()
-        {
-            const std::size_t nbuf = std::min(layer.opts_.buffer, X.size());
-            slots.resize(threads);
-            for (slot& s : slots) {
-                s.items.resize(nbuf);
-                s.batch_items.resize(nbuf);
-                s.lengths.resize(nbuf);
-                s.order.resize(nbuf);
-                s.global.resize(nbuf);
-                s.plan.resize(nbuf);
-            }
-            std::vector<std::thread> helpers;
-            helpers.reserve(threads - 1);
-            try {
-                for (std::size_t t = 1; t < threads; ++t) helpers.emplace_back([this] { work(); });
-            } catch (...) {
-                fail(0, std::current_exception());  // no thread: stop the started ones
-            }
-            work();
-            for (std::thread& t : helpers) t.join();
-            if (first_error) std::rethrow_exception(first_error);
-        }
-
-        // Records the error of `window` when it is the earliest so far, and
-        // wakes the threads waiting for their turn (they give up).
-        void fail(std::size_t window, std::exception_ptr e)
-        {
-            std::lock_guard<std::mutex> lock(mutex);
-            if (window < failed_window) {
-                failed_window = window;
-                first_error = std::move(e);
-            }
-            turn.notify_all();
-        }
-
-        // Blocks until every window before `window` has delivered; false when
-        // an earlier window failed (this batch must not deliver).
-        bool wait_turn(std::size_t window)
-        {
-            std::unique_lock<std::mutex> lock(mutex);
-            turn.wait(lock, [&] { return failed_window < window || !earlier_live(window); });
-            return failed_window >= window;
-        }
-
-        bool earlier_live(std::size_t window) const
-        {
-            for (const slot& s : slots) {
-                if (s.live && s.window < window) return true;
-            }
-            return false;
-        }
-
-        void work()
-        {
-            workspace_scope keep_scratch;  // this thread's block lives across batches
-            std::unique_lock<std::mutex> lock(mutex);
-            for (;;) {
-                slot* s = newest;
-                if (s == nullptr || s->next == s->n_batches || s->window >= failed_window) {
-                    if (layer_done() || next_window >= failed_window) return;
-                    try {
-                        plan_next();
-                    } catch (...) {
-                        if (next_window < failed_window) {
-                            failed_window = next_window;
-                            first_error = std::current_exception();
-                        }
-                        turn.notify_all();
-                        return;
-                    }
-                    continue;
-                }
-                const std::size_t b = s->next++;
-                ++s->running;
-                lock.unlock();
-                try {
-                    run_batch(*s, b);
-                } catch (...) {
-                    fail(s->window, std::current_exception());
-                }
-                lock.lock();
-                if (--s->running == 0 && s->next == s->n_batches) {
-                    s->live = false;
-                    turn.notify_all();
-                }
-            }
-        }
-
-        bool layer_done() const { return next_window * slots.front().items.size() >= X.size(); }
-
-        // Plans window `next_window` into a free slot. Called with the mutex
-        // held; at most threads - 1 windows are running, so a slot is free.
-        void plan_next()
-        {
-            slot* s = nullptr;
-            for (slot& c : slots) {
-                if (!c.live) {
-                    s = &c;
-                    break;
-                }
-            }
-            if (s == nullptr) throw biaffine::error("with_minibatch_by_padded_size: internal error: no free window slot");
-            const std::size_t nbuf = s->items.size();
-            const std::size_t begin = next_window * nbuf;
-            const std::size_t count = std::min(nbuf, X.size() - begin);
-            for (std::size_t i = 0; i < count; ++i) {
-                s->items[i] = detail::read_only(X[begin + i]);
-                s->lengths[i] = s->items[i].rows;
-            }
-            const std::size_t nb = detail::plan_buffer(span<const std::size_t>(s->lengths.data(), count), limit, cost,
-                                                       span<std::size_t>(s->order.data(), count),
-                                                       span<planned_batch>(s->plan.data(), count));
-            for (std::size_t b = 0; b < nb; ++b) {
-                const planned_batch& pb = s->plan[b];
-                if (pb.oversize) {
-                    if (layer.opts_.oversize == oversize_policy::throw_error) {
-                        const std::size_t k = begin + s->order[pb.first];
-                        throw budget_error(detail::msg(
-                            "with_minibatch_by_padded_size: split ", k, " of length ", pb.max_len, " costs ",
-                            cost(1, pb.max_len), " alone, over the budget of ", limit,
-                            layer.budget_.kind == budget_kind::bytes ? " bytes" : " padded items",
-                            " (oversize policy: throw)"));
-                    }
-                    ++layer.oversize_;
-                }
-                for (std::size_t j = 0; j < pb.count; ++j) {
-                    const std::size_t pos = s->order[pb.first + j];
-                    s->batch_items[pb.first + j] = s->items[pos];
-                    s->global[pb.first + j] = begin + pos;
-                }
-            }
-            layer.batches_.add(nb);
-            s->window = next_window++;
-            s->n_batches = nb;
-            s->next = 0;
-            s->running = 0;
-            s->live = nb != 0;
-            newest = s;
-        }
-
-        // Runs batch `b` of slot `s` inside a workspace sized by its scratch.
-        void run_batch(const slot& s, std::size_t b)
-        {
-            const planned_batch& pb = s.plan[b];
-            const batch_cost c = layer.inner_.cost(pb.count, pb.max_len, m);
+        auto workspace = [&](std::size_t count, std::size_t len) {
+            const batch_cost c = inner_.cost(count, len, m);
+            detail::batch_workspace w{c.scratch};
             // Under a byte budget the block kept from an earlier batch counts
             // against this one: reuse it only while it fits beside this
             // batch's other memory (heap, outputs), else size it to this batch.
-            std::uint64_t keep = std::numeric_limits<std::uint64_t>::max();
-            if (layer.budget_.kind == budget_kind::bytes) {
-                const std::uint64_t others = layer.planned_bytes(pb.count, pb.max_len, m) - c.scratch;
-                keep = std::max(c.scratch, others < limit ? limit - others : 0);
+            if (budget_.kind == budget_kind::bytes) {
+                const std::uint64_t others = planned_bytes(count, len, m) - c.scratch;
+                w.keep = std::max(c.scratch, others < limit ? limit - others : 0);
             }
-            workspace_scope ws(c.scratch, keep);
-            const std::size_t window = s.window;
-            batch(span<const seq_view<const T>>(s.batch_items.data() + pb.first, pb.count),
-                  span<const std::size_t>(s.global.data() + pb.first, pb.count), pb.max_len,
-                  [this, window] { return threads == 1 || wait_turn(window); });
-        }
-    };
+            return w;
+        };
+        detail::buffer_schedule s;
+        s.buffer = opts_.buffer;
+        s.threads = std::min(threads, n);
+        s.limit = limit;
+        s.unit = budget_.kind == budget_kind::bytes ? "bytes" : "padded items";
+        s.oversize = opts_.oversize;
+        s.oversize_count = &oversize_;
+        s.batch_count = &batches_;
+        detail::run_buffers<T>(X, s, cost, workspace, batch);
+    }
 
-    Inner inner_;
     budget budget_;
     batch_options opts_;
     mutable detail::counter oversize_;

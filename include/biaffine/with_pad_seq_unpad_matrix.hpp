@@ -1,9 +1,10 @@
 // biaffine/with_pad_seq_unpad_matrix.hpp - pad a batch of splits, unpad the score matrices.
 //
-// Adapts a layer with the reference (padded) interface - `[count, L, n_in]`
-// plus lengths in, `[count, L, L(, o)]` out - to a split list. Forward pads
-// the sequences (zeros past each length), calls the inner layer, and unpads
-// the output in two dimensions back to one `[n, n(, o)]` matrix per split.
+// Adapts a layer with the reference (padded) interface - `[n_splits,
+// max_len, n_in]` plus lengths in, `[n_splits, max_len, max_len(, o)]` out -
+// to a split list. Forward pads the sequences (zeros past each length), calls
+// the inner layer, and unpads the output in two dimensions back to one
+// `[n, n(, o)]` matrix per split.
 // Backprop pads the matrix gradients (zeros outside each split) and unpads the
 // sequence gradients. It reports its working set (padded input, the inner
 // layer's, the padded output) so a byte budget accounts for all of it.
@@ -25,28 +26,24 @@
 
 namespace biaffine {
 
-/// See the file comment. `Inner` has `predict_padded(x, lengths)`,
-/// `forward_padded(x, lengths, mode)`, `padded_cost`, `n_in`, `labels`,
-/// `score_shape` (biaffine_scorer does).
+/// See the file comment. `Inner` is a padded layer (check_padded_layer):
+/// `predict_padded(x, lengths)`, `forward_padded(x, lengths, mode)`,
+/// `padded_cost`, `n_in`, `labels`, `score_shape` (biaffine_scorer has them).
 ///
 /// Thread safety: as the inner layer's (`predict`, `predict_stream` const).
 template <class Inner>
-class with_pad_seq_unpad_matrix_layer {
-    using inner_type = std::remove_reference_t<Inner>;
+class with_pad_seq_unpad_matrix_layer : public detail::wrapping_layer<Inner> {
+    static_assert(check_padded_layer<Inner>());
+    using base = detail::wrapping_layer<Inner>;
+    using base::inner_;
 
 public:
-    using value_type = typename inner_type::value_type;
+    using typename base::value_type;
     using T = value_type;
     using backprop_type = split_backprop<T>;
 
     /// Wraps `inner` (held by reference when an lvalue).
-    explicit with_pad_seq_unpad_matrix_layer(Inner&& inner) : inner_(std::forward<Inner>(inner)) {}
-
-    inner_type& inner() noexcept { return inner_; }                  ///< the wrapped layer
-    const inner_type& inner() const noexcept { return inner_; }      ///< the wrapped layer
-    std::size_t n_in() const { return inner_.n_in(); }               ///< input width
-    std::size_t labels() const { return inner_.labels(); }           ///< o
-    auto score_shape(std::size_t n) const { return inner_.score_shape(n); } ///< `[n, n(, o)]`
+    explicit with_pad_seq_unpad_matrix_layer(Inner&& inner) : base(std::forward<Inner>(inner)) {}
 
     /// Working set of a batch: padded input and lengths (scratch), the inner
     /// layer's own, its padded output (heap), the unpadded outputs.
@@ -100,7 +97,7 @@ public:
         auto x = xt::adapt(xp.data(), xp.size(), xt::no_ownership(), std::array<std::size_t, 3>{count, L, n_in});
         const score_array<T> y = inner_.predict_padded(x, span<const std::int64_t>(lens.data(), count));
         for (std::size_t k = 0; k < count; ++k) {
-            sink(k, score_view<const T>{y.data() + k * L * L * o, X[k].rows, o, static_cast<std::ptrdiff_t>(L * o)});
+            sink(k, padded_scores(y.data(), k, X[k].rows, L, o));
         }
     }
 
@@ -121,8 +118,7 @@ public:
             const std::size_t n = X[k].rows;
             score_tensor<T> yk(inner_.score_shape(n));
             if (n != 0) {
-                detail::row_block(yk.data(), n, n * o) =
-                    score_view<const T>{y.data() + k * L * L * o, n, o, static_cast<std::ptrdiff_t>(L * o)}.map();
+                detail::row_block(yk.data(), n, n * o) = padded_scores(y.data(), k, n, L, o).map();
             }
             Y.push_back(std::move(yk));
         }
@@ -143,8 +139,7 @@ public:
                                                   dY[k].n, ", ", dY[k].n, ", ", dY[k].labels, "]"));
                 }
                 if (n != 0) {
-                    score_view<T>{dy.data() + k * L * L * o, n, o, static_cast<std::ptrdiff_t>(L * o)}.map() =
-                        dY[k].map();
+                    padded_scores(dy.data(), k, n, L, o).map() = dY[k].map();
                 }
             }
             const tensor<T, 3> dx = inner_bp(dy);
@@ -190,8 +185,6 @@ private:
             lens[k] = static_cast<std::int64_t>(v.rows);
         }
     }
-
-    Inner inner_;
 };
 
 /// Factory: `with_pad_seq_unpad_matrix(scorer)`. An lvalue is held by

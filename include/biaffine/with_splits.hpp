@@ -137,7 +137,9 @@ private:
     mutable inner_iter len_{};
 };
 
-/// See the file comment. `Inner` is a split-list layer.
+/// See the file comment. `Inner` is any split-list layer (check_split_layer):
+/// biaffine_scorer, with_minibatch_by_padded_size, with_pad_seq_unpad_matrix
+/// or your own.
 ///
 /// Thread safety: as its inner layer's. With the library's layers, `predict`
 /// and `predict_stream` are const and may run concurrently from several
@@ -146,11 +148,13 @@ private:
 /// reach only the scores (and input gradients) of the splits that contain
 /// them (see biaffine_scorer).
 template <class Inner>
-class with_splits_layer {
-    using inner_type = std::remove_reference_t<Inner>;
+class with_splits_layer : public detail::wrapping_layer<Inner> {
+    static_assert(check_split_layer<Inner>());
+    using base = detail::wrapping_layer<Inner>;
+    using base::inner_;
 
 public:
-    using value_type = typename inner_type::value_type;
+    using typename base::value_type;
     using T = value_type;
     /// Per-document input gradients `[n_tokens, n_in]`.
     using doc_grads = tracked_vector<tensor<T, 2>>;
@@ -158,12 +162,7 @@ public:
     using backprop_type = backprop_fn<doc_grads(span<const score_view<const T>>)>;
 
     /// Wraps `inner` (held by reference when an lvalue).
-    explicit with_splits_layer(Inner&& inner) : inner_(std::forward<Inner>(inner)) {}
-
-    inner_type& inner() noexcept { return inner_; }             ///< the wrapped layer
-    const inner_type& inner() const noexcept { return inner_; } ///< the wrapped layer
-    std::size_t n_in() const { return inner_.n_in(); }          ///< document width
-    std::size_t labels() const { return inner_.labels(); }      ///< o
+    explicit with_splits_layer(Inner&& inner) : base(std::forward<Inner>(inner)) {}
 
     /// Scores of every split of every document: `[n, n(, o)]` each, documents
     /// in order, splits in order inside each. `docs[d]` is `[n_tokens_d,
@@ -312,8 +311,6 @@ private:
         p.first.push_back(n_splits);
         return p;
     }
-
-    Inner inner_;
 };
 
 /// Factory: `with_splits(inner)`. An lvalue is held by reference (it must

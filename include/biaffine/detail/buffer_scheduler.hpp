@@ -1,0 +1,266 @@
+// biaffine/detail/buffer_scheduler.hpp - the batcher's schedule: plan a split
+// list buffer by buffer, run each buffer's batches on one or more threads, and
+// deliver them in buffer order.
+//
+// A buffer is `buffer` consecutive items of the list (batch_options::buffer);
+// the scheduler plans them one at a time, in order, under a mutex (reading a
+// lazy split list moves its cursor, so reads must not race), and plans a
+// buffer only once every batch of the previous one has been claimed. A thread
+// that finds nothing left to claim plans the next buffer, so with threads > 1
+// the batches of buffer b+1 start while the last one of buffer b still runs.
+// Delivery keeps the one-thread contract under errors: a batch delivers
+// (`my_turn()`) only after every earlier buffer has delivered, and nothing
+// from a buffer after the first failing one is delivered; the earliest
+// buffer's error is the one rethrown.
+//
+// It knows batching.hpp and the workspace, not the layer: what it needs from
+// the layer comes in as numbers (buffer_schedule) and callables.
+#pragma once
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "biaffine/batching.hpp"
+#include "biaffine/detail/counter.hpp"
+#include "biaffine/errors.hpp"
+#include "biaffine/tensor.hpp"
+#include "biaffine/workspace.hpp"
+
+namespace biaffine {
+namespace detail {
+
+/// The layer's settings for one call of the scheduler.
+struct buffer_schedule {
+    std::size_t buffer = 256;                              ///< items planned together
+    std::size_t threads = 1;                               ///< at most the number of items
+    std::uint64_t limit = 0;                               ///< what the budget leaves for each batch
+    const char* unit = "bytes";                            ///< the limit's unit, for messages
+    oversize_policy oversize = oversize_policy::run_alone; ///< a lone item over the limit
+    counter* oversize_count = nullptr;                     ///< + 1 per oversize item run alone
+    counter* batch_count = nullptr;                        ///< + the batches of every planned buffer
+};
+
+/// The workspace of one batch: `scratch` bytes reserved; a block kept from an
+/// earlier batch on the thread is reused only while it is at most `keep`.
+struct batch_workspace {
+    std::uint64_t scratch = 0;
+    std::uint64_t keep = std::numeric_limits<std::uint64_t>::max();
+};
+
+/// One call's schedule (see the file comment). `cost(count, max_len)` is a
+/// batch's cost in the limit's unit; `workspace(count, max_len)` its
+/// batch_workspace; `batch(items, input_indices, max_len, my_turn)` runs a
+/// batch and calls `my_turn()` before it delivers anything: it returns when
+/// every earlier buffer has delivered, false if an earlier one failed.
+template <class T, class Items, class Cost, class Workspace, class Batch>
+class buffer_scheduler {
+public:
+    buffer_scheduler(const Items& X, const buffer_schedule& s, Cost& cost, Workspace& workspace, Batch& batch)
+        : X_(X), s_(s), cost_(cost), workspace_(workspace), batch_(batch)
+    {
+    }
+
+    /// Runs every batch; rethrows the earliest buffer's error after every
+    /// thread has stopped.
+    void run()
+    {
+        const std::size_t size = std::min(s_.buffer, X_.size());
+        buffers_.resize(s_.threads);
+        for (buffer& b : buffers_) {
+            b.items.resize(size);
+            b.batch_items.resize(size);
+            b.lengths.resize(size);
+            b.order.resize(size);
+            b.global.resize(size);
+            b.plan.resize(size);
+        }
+        std::vector<std::thread> helpers;
+        helpers.reserve(s_.threads - 1);
+        try {
+            for (std::size_t t = 1; t < s_.threads; ++t) helpers.emplace_back([this] { work(); });
+        } catch (...) {
+            fail(0, std::current_exception());  // no thread: stop the started ones
+        }
+        work();
+        for (std::thread& t : helpers) t.join();
+        if (first_error_) std::rethrow_exception(first_error_);
+    }
+
+private:
+    // The arrays the batcher's bookkeeping_bytes() accounts for, one set per
+    // thread: a buffer's batches may still run while the next one is planned.
+    struct buffer {
+        tracked_vector<seq_view<const T>> items;
+        tracked_vector<seq_view<const T>> batch_items;  // items grouped by batch
+        tracked_vector<std::size_t> lengths;
+        tracked_vector<std::size_t> order;
+        tracked_vector<std::size_t> global;  // input index of batch_items[i]
+        tracked_vector<planned_batch> plan;
+        std::size_t index = 0;    // which buffer of the list this one holds
+        std::size_t n_batches = 0;
+        std::size_t next = 0;     // first batch not yet claimed
+        std::size_t running = 0;  // claimed, not finished
+        bool live = false;
+    };
+
+    // Records the error of buffer `index` when it is the earliest so far, and
+    // wakes the threads waiting for their turn (they give up).
+    void fail(std::size_t index, std::exception_ptr e)
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (index < failed_buffer_) {
+            failed_buffer_ = index;
+            first_error_ = std::move(e);
+        }
+        turn_.notify_all();
+    }
+
+    // Blocks until every buffer before `index` has delivered; false when an
+    // earlier buffer failed (this batch must not deliver).
+    bool wait_turn(std::size_t index)
+    {
+        std::unique_lock<std::mutex> lock(mutex_);
+        turn_.wait(lock, [&] { return failed_buffer_ < index || !earlier_live(index); });
+        return failed_buffer_ >= index;
+    }
+
+    bool earlier_live(std::size_t index) const
+    {
+        for (const buffer& b : buffers_) {
+            if (b.live && b.index < index) return true;
+        }
+        return false;
+    }
+
+    void work()
+    {
+        workspace_scope keep_scratch;  // this thread's block lives across batches
+        std::unique_lock<std::mutex> lock(mutex_);
+        for (;;) {
+            buffer* s = newest_;
+            if (s == nullptr || s->next == s->n_batches || s->index >= failed_buffer_) {
+                if (all_planned() || next_buffer_ >= failed_buffer_) return;
+                try {
+                    plan_next();
+                } catch (...) {
+                    if (next_buffer_ < failed_buffer_) {
+                        failed_buffer_ = next_buffer_;
+                        first_error_ = std::current_exception();
+                    }
+                    turn_.notify_all();
+                    return;
+                }
+                continue;
+            }
+            const std::size_t b = s->next++;
+            ++s->running;
+            lock.unlock();
+            try {
+                run_batch(*s, b);
+            } catch (...) {
+                fail(s->index, std::current_exception());
+            }
+            lock.lock();
+            if (--s->running == 0 && s->next == s->n_batches) {
+                s->live = false;
+                turn_.notify_all();
+            }
+        }
+    }
+
+    bool all_planned() const { return next_buffer_ * buffers_.front().items.size() >= X_.size(); }
+
+    // Plans buffer `next_buffer_` into free storage. Called with the mutex
+    // held; at most threads - 1 buffers are running, so one set is free.
+    void plan_next()
+    {
+        buffer* s = nullptr;
+        for (buffer& c : buffers_) {
+            if (!c.live) {
+                s = &c;
+                break;
+            }
+        }
+        if (s == nullptr) throw biaffine::error("with_minibatch_by_padded_size: internal error: no free buffer");
+        const std::size_t size = s->items.size();
+        const std::size_t begin = next_buffer_ * size;
+        const std::size_t count = std::min(size, X_.size() - begin);
+        for (std::size_t i = 0; i < count; ++i) {
+            s->items[i] = read_only(X_[begin + i]);
+            s->lengths[i] = s->items[i].rows;
+        }
+        const std::size_t nb = plan_buffer(span<const std::size_t>(s->lengths.data(), count), s_.limit, cost_,
+                                           span<std::size_t>(s->order.data(), count),
+                                           span<planned_batch>(s->plan.data(), count));
+        for (std::size_t b = 0; b < nb; ++b) {
+            const planned_batch& pb = s->plan[b];
+            if (pb.oversize) {
+                if (s_.oversize == oversize_policy::throw_error) {
+                    const std::size_t k = begin + s->order[pb.first];
+                    throw budget_error(msg("with_minibatch_by_padded_size: split ", k, " of length ", pb.max_len,
+                                           " costs ", cost_(1, pb.max_len), " alone, over the budget of ", s_.limit,
+                                           " ", s_.unit, " (oversize policy: throw)"));
+                }
+                ++*s_.oversize_count;
+            }
+            for (std::size_t j = 0; j < pb.count; ++j) {
+                const std::size_t pos = s->order[pb.first + j];
+                s->batch_items[pb.first + j] = s->items[pos];
+                s->global[pb.first + j] = begin + pos;
+            }
+        }
+        s_.batch_count->add(nb);
+        s->index = next_buffer_++;
+        s->n_batches = nb;
+        s->next = 0;
+        s->running = 0;
+        s->live = nb != 0;
+        newest_ = s;
+    }
+
+    // Runs batch `b` of buffer `s` inside a workspace sized for it.
+    void run_batch(const buffer& s, std::size_t b)
+    {
+        const planned_batch& pb = s.plan[b];
+        const batch_workspace w = workspace_(pb.count, pb.max_len);
+        workspace_scope ws(w.scratch, w.keep);
+        const std::size_t index = s.index;
+        batch_(span<const seq_view<const T>>(s.batch_items.data() + pb.first, pb.count),
+               span<const std::size_t>(s.global.data() + pb.first, pb.count), pb.max_len,
+               [this, index] { return s_.threads == 1 || wait_turn(index); });
+    }
+
+    const Items& X_;
+    const buffer_schedule s_;
+    Cost& cost_;
+    Workspace& workspace_;
+    Batch& batch_;
+
+    std::mutex mutex_{};
+    std::condition_variable turn_{};  // a buffer finished, or a run failed
+    std::vector<buffer> buffers_{};
+    buffer* newest_ = nullptr;        // the last buffer planned
+    std::size_t next_buffer_ = 0;
+    std::size_t failed_buffer_ = std::numeric_limits<std::size_t>::max();
+    std::exception_ptr first_error_{};
+};
+
+/// Runs `X` through a buffer_scheduler (see there).
+template <class T, class Items, class Cost, class Workspace, class Batch>
+void run_buffers(const Items& X, const buffer_schedule& s, Cost&& cost, Workspace&& workspace, Batch&& batch)
+{
+    using scheduler = buffer_scheduler<T, Items, std::remove_reference_t<Cost>, std::remove_reference_t<Workspace>,
+                                       std::remove_reference_t<Batch>>;
+    scheduler(X, s, cost, workspace, batch).run();
+}
+
+}  // namespace detail
+}  // namespace biaffine
