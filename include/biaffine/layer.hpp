@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -196,15 +197,16 @@ constexpr bool check_padded_layer()
 
 namespace detail {
 
-/// Checks split k's score gradient against its split: `[n, n, o]`, with a
-/// row stride that holds a row and data wherever there are cells. `who`
-/// names the caller in the message.
+/// Checks split k's score gradient against its split, `[n, n, o]`; `who`
+/// names the caller in the message, `doc` the split's document when known.
 template <class T>
-void check_score_grad(const char* who, std::size_t k, const score_view<const T>& g, std::size_t n, std::size_t o)
+void check_score_grad(const char* who, std::size_t k, const score_view<const T>& g, std::size_t n, std::size_t o,
+                      std::size_t doc = static_cast<std::size_t>(-1))
 {
     if (g.n != n || g.labels != o) {
-        throw shape_error(msg(who, ": split ", k, ": expected a gradient of [", n, ", ", n, ", ", o, "], got [", g.n,
-                              ", ", g.n, ", ", g.labels, "]"));
+        const std::string in_doc = doc == static_cast<std::size_t>(-1) ? "" : msg(" (document ", doc, ")");
+        throw shape_error(msg(who, ": split ", k, in_doc, ": expected a gradient of [", n, ", ", n, ", ", o, "], got [",
+                              g.n, ", ", g.n, ", ", g.labels, "]"));
     }
 }
 

@@ -133,11 +133,7 @@ public:
             score_array<T> dy = xt::zeros<T>(shape);
             for (std::size_t k = 0; k < count; ++k) {
                 const std::size_t n = static_cast<std::size_t>(lens[k]);
-                if (dY[k].n != n || dY[k].labels != o) {
-                    throw shape_error(detail::msg("with_pad_seq_unpad_matrix backprop: split ", k,
-                                                  ": expected a gradient of [", n, ", ", n, ", ", o, "], got [",
-                                                  dY[k].n, ", ", dY[k].n, ", ", dY[k].labels, "]"));
-                }
+                detail::check_score_grad("with_pad_seq_unpad_matrix backprop", k, dY[k], n, o);
                 if (n != 0) {
                     padded_scores(dy.data(), k, n, L, o).map() = dY[k].map();
                 }

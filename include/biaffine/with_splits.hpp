@@ -209,10 +209,7 @@ public:
             }
             for (std::size_t k = 0; k < n_splits; ++k) {
                 if (dY[k].n != lengths[k] || dY[k].labels != o) {
-                    throw shape_error(detail::msg("with_splits backprop: split ", k, " (document ",
-                                                  p.document_of(k), "): expected a gradient of [", lengths[k], ", ",
-                                                  lengths[k], ", ", o, "], got [", dY[k].n, ", ", dY[k].n, ", ",
-                                                  dY[k].labels, "]"));
+                    detail::check_score_grad("with_splits backprop", k, dY[k], lengths[k], o, p.document_of(k));
                 }
             }
             doc_grads dX;
