@@ -211,11 +211,11 @@ int main(int argc, char** argv)
     // each split's own tokens.
     std::atomic<std::size_t> trees{0}, decoded{0}, roots{0}, decoding_threads{0};
     std::atomic<std::uint64_t> decode_ns{0};  // time inside the sink, summed over threads
+    // The score_view forms check that the view holds arc scores ([n, n]).
     const auto decode = [&o](const biaffine::score_view<const float>& s) {
-        const auto stride = static_cast<std::size_t>(s.row_stride);
-        if (o.decoder == "eisner") return biaffine::eisner_heads(s.data, s.n, stride);
-        if (o.decoder == "argmax") return biaffine::argmax_heads(s.data, s.n, stride);
-        return biaffine::mst_heads(s.data, s.n, stride);
+        if (o.decoder == "eisner") return biaffine::eisner_heads(s);
+        if (o.decoder == "argmax") return biaffine::argmax_heads(s);
+        return biaffine::mst_heads(s);
     };
 
     // --- stream ------------------------------------------------------------------

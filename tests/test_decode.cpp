@@ -940,3 +940,62 @@ TEST_CASE("mst_heads: 1000 tokens decode to an optimal-looking tree quickly", "[
         }
     }
 }
+
+TEST_CASE("decoders on a score_view: arc scores decode, a label scorer's view is refused", "[decode][view]")
+{
+    std::mt19937 gen(4);
+    std::normal_distribution<double> d(0.0, 1.0);
+    const std::size_t n = 9, stride = n + 2;
+    std::vector<float> s(n * stride);
+    for (float& x : s) x = static_cast<float>(d(gen));
+    const biaffine::score_view<const float> v{s.data(), n, 1, static_cast<std::ptrdiff_t>(stride)};
+    REQUIRE(mst_heads(v) == mst_heads(s.data(), n, stride));
+    REQUIRE(argmax_heads(v) == argmax_heads(s.data(), n, stride));
+    REQUIRE(eisner_heads(v) == eisner_heads(s.data(), n, stride));
+    // Five labels: the pointer form cannot know; the view form says so.
+    std::vector<float> lab(n * n * 5, 0.0f);
+    const biaffine::score_view<const float> lv{lab.data(), n, 5, static_cast<std::ptrdiff_t>(n * 5)};
+    REQUIRE_THROWS_AS(mst_heads(lv), biaffine::shape_error);
+    REQUIRE_THROWS_WITH(argmax_heads(lv), Catch::Contains("argmax_heads: expected arc scores [n, n] (1 label)") &&
+                                              Catch::Contains("labels_at_heads"));
+    REQUIRE_THROWS_AS(eisner_heads(lv), biaffine::shape_error);
+    const biaffine::score_view<const float> null_view{nullptr, 3, 1, 3};
+    REQUIRE_THROWS_AS(mst_heads(null_view), biaffine::error);
+    const biaffine::score_view<const float> short_rows{s.data(), n, 1, 1};
+    REQUIRE_THROWS_AS(mst_heads(short_rows), biaffine::shape_error);
+}
+
+TEST_CASE("labels_at_heads: the best label at each given head, against a direct loop", "[decode][labels]")
+{
+    std::mt19937 gen(8);
+    std::normal_distribution<double> d(0.0, 1.0);
+    for (std::size_t n : {1u, 4u, 13u}) {
+        for (std::size_t o : {1u, 3u, 40u}) {
+            const std::size_t stride = n * o + 5;
+            std::vector<double> s(n * stride);
+            for (double& x : s) x = d(gen);
+            std::vector<int> heads(n);
+            for (std::size_t m = 0; m < n; ++m) heads[m] = static_cast<int>((m * 5 + 2) % n);
+            const biaffine::score_view<const double> v{s.data(), n, o, static_cast<std::ptrdiff_t>(stride)};
+            const auto got = biaffine::labels_at_heads(v, heads);
+            REQUIRE(got.size() == n);
+            for (std::size_t m = 0; m < n; ++m) {
+                std::size_t best = 0;
+                for (std::size_t k = 1; k < o; ++k) {
+                    if (s[m * stride + heads[m] * o + k] > s[m * stride + heads[m] * o + best]) best = k;
+                }
+                REQUIRE(got[m] == best);
+            }
+        }
+    }
+    std::vector<float> s(2 * 2 * 3, 0.0f);
+    const biaffine::score_view<const float> v{s.data(), 2, 3, 6};
+    REQUIRE(biaffine::labels_at_heads(v, std::vector<int>{1, 1}) == std::vector<std::size_t>{0, 0});  // ties: lowest
+    REQUIRE_THROWS_WITH(biaffine::labels_at_heads(v, std::vector<int>{0, 2}),
+                        "labels_at_heads: token 1 has head 2, expected 0..1");
+    REQUIRE_THROWS_AS(biaffine::labels_at_heads(v, std::vector<int>{0, -1}), biaffine::length_error);
+    REQUIRE_THROWS_AS(biaffine::labels_at_heads(v, std::vector<int>{0}), biaffine::shape_error);
+    s[1 * 6 + 0 * 3 + 2] = std::numeric_limits<float>::quiet_NaN();
+    REQUIRE_THROWS_WITH(biaffine::labels_at_heads(v, std::vector<int>{0, 0}),
+                        "labels_at_heads: score is NaN at token 1, label 2");
+}

@@ -350,6 +350,24 @@ std::map<std::string, std::function<void()>> scenarios()
         const std::vector<double> scores{0.0, 1.0, nan, 0.0};
         mst_heads(scores.data(), 2, 2);
     };
+    s["decode-label-view"] = [] {
+        const std::vector<double> scores(2 * 2 * 3, 0.0);
+        mst_heads(score_view<const double>{scores.data(), 2, 3, 6});
+    };
+    s["labels-at-heads-range"] = [] {
+        const std::vector<double> scores(2 * 2 * 3, 0.0);
+        labels_at_heads(score_view<const double>{scores.data(), 2, 3, 6}, std::vector<int>{0, 2});
+    };
+    s["grad-view-stride"] = [] {
+        biaffine_scorer<double> sc(small_config());
+        auto model = with_splits(with_minibatch_by_padded_size(sc, budget::megabytes(1)));
+        const std::vector<doc_t> docs{doc(5)};
+        const std::vector<std::vector<int>> lens{{2, 3}};
+        auto [Y, bp] = model.forward(docs, lens, mode::train);
+        std::vector<double> g0(4, 1.0), g1(9, 1.0);
+        const std::vector<score_view<const double>> dY{{g0.data(), 2, 1, 2}, {g1.data(), 3, 1, 2}};
+        bp(dY);
+    };
     s["decode-not-square"] = [] { mst_heads(xt::xtensor<double, 2>(xt::zeros<double>({2, 3}))); };
     return s;
 }

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <map>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "biaffine/biaffine.hpp"
@@ -494,4 +495,31 @@ TEST_CASE("with_minibatch_by_padded_size: bad input", "[with_minibatch_by_padded
     REQUIRE_THROWS_AS(big.predict(huge), overflow_error);
     auto big_items = with_minibatch_by_padded_size(scorer, budget::items(10));
     REQUIRE_THROWS_AS(big_items.predict(huge), overflow_error);
+}
+
+TEST_CASE("threads: SIZE_MAX runs at most the machine's threads, never more than the splits", "[minibatch][threads]")
+{
+    scorer_config c;
+    c.n_in = 4;
+    c.hidden = 3;
+    c.seed = 2;
+    biaffine_scorer<float> s(c);
+    batch_options all;
+    all.threads = static_cast<std::size_t>(-1);  // "all cores" with an unsigned field
+    auto many = with_minibatch_by_padded_size(s, budget::megabytes(1), all);
+    const std::size_t hw = std::max<std::size_t>(1, std::thread::hardware_concurrency());
+    REQUIRE(many.threads_for(30000) == hw);
+    REQUIRE(many.threads_for(1) == 1);
+    REQUIRE(many.threads_for(0) == 1);
+    // 30,000 splits: the same scores as one thread (and no 30,000 threads).
+    const std::size_t n_splits = 30000;
+    std::vector<float> x(n_splits * 2 * 4);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37 % 101) / 101.0);
+    std::vector<seq_view<const float>> X;
+    for (std::size_t k = 0; k < n_splits; ++k) X.push_back({x.data() + k * 8, 2, 4, 4, 1});
+    auto one = with_minibatch_by_padded_size(s, budget::megabytes(1));
+    const auto a = many.predict(X);
+    const auto b = one.predict(X);
+    REQUIRE(a.size() == n_splits);
+    for (std::size_t k = 0; k < n_splits; ++k) REQUIRE(a[k] == b[k]);
 }

@@ -23,6 +23,7 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+#include <iterator>
 
 #include "biaffine/detail/eigen.hpp"
 
@@ -30,6 +31,7 @@
 #include "biaffine/detail/decode_eisner.hpp"
 #include "biaffine/detail/decode_mst.hpp"
 #include "biaffine/errors.hpp"
+#include "biaffine/tensor.hpp"
 
 namespace biaffine {
 namespace detail {
@@ -212,6 +214,88 @@ template <class E>
 std::vector<std::size_t> eisner_heads(const E& scores)
 {
     return detail::decode_matrix(scores, "eisner_heads", detail::eisner_decoder{});
+}
+
+namespace detail {
+
+// A score_view handed to a decoder must hold arc scores: one label.
+template <class T>
+void check_arc_view(const score_view<T>& s, const char* where)
+{
+    if (s.labels != 1) {
+        throw shape_error(msg(where, ": expected arc scores [n, n] (1 label), got a view of [", s.n, ", ", s.n, ", ",
+                              s.labels, "]; pick labels at decoded heads with labels_at_heads"));
+    }
+    if (s.row_stride < 0) throw shape_error(msg(where, ": negative row stride ", s.row_stride));
+}
+
+}  // namespace detail
+
+/// argmax_heads of one split's arc scores as a scorer hands them over (a
+/// score_view, e.g. in a predict_stream sink). Throws shape_error for a view
+/// of a label scorer (labels != 1), and as the pointer form otherwise.
+template <class T>
+std::vector<std::size_t> argmax_heads(const score_view<T>& s)
+{
+    detail::check_arc_view(s, "argmax_heads");
+    return argmax_heads(s.data, s.n, static_cast<std::size_t>(s.row_stride));
+}
+
+/// mst_heads of one split's arc scores as a scorer hands them over (checked
+/// as argmax_heads(score_view)).
+template <class T>
+std::vector<std::size_t> mst_heads(const score_view<T>& s)
+{
+    detail::check_arc_view(s, "mst_heads");
+    return mst_heads(s.data, s.n, static_cast<std::size_t>(s.row_stride));
+}
+
+/// eisner_heads of one split's arc scores as a scorer hands them over
+/// (checked as argmax_heads(score_view)).
+template <class T>
+std::vector<std::size_t> eisner_heads(const score_view<T>& s)
+{
+    detail::check_arc_view(s, "eisner_heads");
+    return eisner_heads(s.data, s.n, static_cast<std::size_t>(s.row_stride));
+}
+
+/// The best label of each token at its given head, from a label scorer's
+/// `[n, n, o]` view: `labels[m] = argmax_o s(m, heads[m], o)` (ties: lowest
+/// label). `heads` `[n]`, each in `0..n-1` (as the decoders return them).
+/// Throws shape_error for a wrong number of heads or a row stride shorter
+/// than a row, length_error for a head out of range, error for a null view
+/// with n > 0 or a NaN score (naming token and label).
+template <class T, class Heads>
+std::vector<std::size_t> labels_at_heads(const score_view<T>& s, const Heads& heads)
+{
+    const std::size_t n = s.n, o = s.labels;
+    const auto count = static_cast<std::size_t>(std::distance(std::begin(heads), std::end(heads)));
+    if (count != n) {
+        throw shape_error(detail::msg("labels_at_heads: ", count, " heads for a split of ", n, " tokens"));
+    }
+    if (n == 0) return {};
+    if (s.data == nullptr) throw error(detail::msg("labels_at_heads: null scores for a split of ", n, " tokens"));
+    if (o == 0 || s.row_stride < static_cast<std::ptrdiff_t>(n * o)) {
+        throw shape_error(detail::msg("labels_at_heads: row stride ", s.row_stride, " is shorter than a row of [", n,
+                                      ", ", o, "]"));
+    }
+    std::vector<std::size_t> out(n);
+    std::size_t m = 0;
+    for (const auto& h : heads) {
+        bool negative = false;
+        if constexpr (std::is_signed<std::decay_t<decltype(h)>>::value) negative = h < 0;
+        if (negative || static_cast<std::size_t>(h) >= n) {
+            throw length_error(detail::msg("labels_at_heads: token ", m, " has head ", h, ", expected 0..", n - 1));
+        }
+        std::size_t best = 0;
+        for (std::size_t k = 0; k < o; ++k) {
+            const auto v = s(m, static_cast<std::size_t>(h), k);
+            if (v != v) throw error(detail::msg("labels_at_heads: score is NaN at token ", m, ", label ", k));
+            if (v > s(m, static_cast<std::size_t>(h), best)) best = k;
+        }
+        out[m++] = best;
+    }
+    return out;
 }
 
 /// True if heads `[n]` is a dependency tree: exactly one root (heads[r] == r),

@@ -203,10 +203,40 @@ template <class T>
 void check_score_grad(const char* who, std::size_t k, const score_view<const T>& g, std::size_t n, std::size_t o,
                       std::size_t doc = static_cast<std::size_t>(-1))
 {
+    const std::string in_doc = doc == static_cast<std::size_t>(-1) ? "" : msg(" (document ", doc, ")");
     if (g.n != n || g.labels != o) {
-        const std::string in_doc = doc == static_cast<std::size_t>(-1) ? "" : msg(" (document ", doc, ")");
         throw shape_error(msg(who, ": split ", k, in_doc, ": expected a gradient of [", n, ", ", n, ", ", o, "], got [",
                               g.n, ", ", g.n, ", ", g.labels, "]"));
+    }
+    // A hand-made view: its rows must hold n * o cells each, behind real data.
+    if (n != 0 && g.data == nullptr) {
+        throw shape_error(msg(who, ": split ", k, in_doc, ": the gradient view of [", n, ", ", n, ", ", o,
+                              "] has no data"));
+    }
+    if (n != 0 && g.row_stride < static_cast<std::ptrdiff_t>(n * o)) {
+        throw shape_error(msg(who, ": split ", k, in_doc, ": the gradient view's row stride ", g.row_stride,
+                              " is shorter than a row of ", n * o, " cells"));
+    }
+}
+
+/// Checks split k's input-gradient slot: `[n, n_in]`, with data behind it
+/// and strides that keep its cells apart (row- or column-major, or wider).
+template <class T>
+void check_grad_slot(const char* who, std::size_t k, const seq_view<T>& s, std::size_t n, std::size_t n_in)
+{
+    if (s.rows != n || s.cols != n_in) {
+        throw shape_error(msg(who, ": split ", k, ": input gradient slot is [", s.rows, ", ", s.cols, "], expected [",
+                              n, ", ", n_in, "]"));
+    }
+    if (n == 0 || n_in == 0) return;
+    if (s.data == nullptr) throw shape_error(msg(who, ": split ", k, ": input gradient slot has no data"));
+    const std::ptrdiff_t rs = s.row_stride, cs = s.col_stride;
+    const auto rows = static_cast<std::ptrdiff_t>(n), cols = static_cast<std::ptrdiff_t>(n_in);
+    const bool row_major = cs >= 1 && (rows == 1 || rs >= cols * cs);
+    const bool col_major = rs >= 1 && (cols == 1 || cs >= rows * rs);
+    if (!row_major && !col_major) {
+        throw shape_error(msg(who, ": split ", k, ": input gradient slot [", n, ", ", n_in, "] has strides (", rs, ", ",
+                              cs, "), which make cells overlap"));
     }
 }
 

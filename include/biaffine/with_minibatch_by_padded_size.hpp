@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <mutex>
 #include <type_traits>
+#include <thread>
 #include <utility>
 
 #include "biaffine/backprop.hpp"
@@ -50,7 +51,10 @@ struct batch_options {
     /// budget. A thread with nothing left in the current buffer plans the
     /// next one, so the threads stay busy across buffers; buffers still
     /// deliver in order (a batch waits for every earlier buffer to deliver).
-    /// Results are identical to one thread.
+    /// Results are identical to one thread. At most
+    /// `std::thread::hardware_concurrency()` threads run (larger values,
+    /// e.g. SIZE_MAX for "all cores", are clamped to it), and never more
+    /// than there are splits: see threads_for().
     /// Training (`forward` and its backprop) runs batches in order on the
     /// calling thread, so dropout draws and gradient sums stay deterministic.
     std::size_t threads = 1;
@@ -100,6 +104,15 @@ public:
     batch_cost cost(std::size_t count, std::size_t max_len, mode m = mode::eval) const
     {
         return inner_.cost(count, max_len, m);
+    }
+
+    /// Threads an inference call over `n_items` splits runs on: options().threads,
+    /// clamped to std::thread::hardware_concurrency() (1 if unknown) and to
+    /// n_items (at least 1).
+    std::size_t threads_for(std::size_t n_items) const noexcept
+    {
+        const std::size_t hw = std::max<std::size_t>(1, std::thread::hardware_concurrency());
+        return std::max<std::size_t>(1, std::min({opts_.threads, hw, n_items}));
     }
 
     /// Splits that exceeded the budget on their own and ran alone, since
@@ -297,7 +310,7 @@ private:
         };
         detail::buffer_schedule s;
         s.buffer = opts_.buffer;
-        s.threads = std::min(threads, n);
+        s.threads = std::min(threads, threads_for(n));
         s.limit = limit;
         s.unit = budget_.kind == budget_kind::bytes ? "bytes" : "padded items";
         s.oversize = opts_.oversize;

@@ -288,10 +288,7 @@ void biaffine_scorer<T>::backward(const saved_batch& sb, span<const score_view<c
     for (std::size_t k = 0; k < count; ++k) {
         const std::size_t n = sb.views[k].rows;
         detail::check_score_grad("scorer backprop", k, dY[k], n, o);
-        if (dX[k].rows != n || dX[k].cols != n_in) {
-            throw shape_error(detail::msg("scorer backprop: split ", k, ": input gradient slot is [", dX[k].rows,
-                                          ", ", dX[k].cols, "], expected [", n, ", ", n_in, "]"));
-        }
+        detail::check_grad_slot("scorer backprop", k, dX[k], n, n_in);
     }
     const std::size_t N = sb.off[count];
     const std::size_t* off = sb.off.data();
