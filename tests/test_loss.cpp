@@ -79,6 +79,22 @@ std::vector<T> random_tokens(std::size_t rows, std::size_t cols, unsigned seed)
     return x;
 }
 
+// Runs a split-list backprop on dY, returning each split's dX `[n, 6]`.
+template <class T, class Backprop>
+std::vector<std::vector<T>> backprop_splits(Backprop& bp, const std::vector<std::size_t>& lens, const score_list<T>& dY)
+{
+    std::vector<std::vector<T>> dx(lens.size());
+    std::vector<seq_view<T>> dX;
+    for (std::size_t k = 0; k < lens.size(); ++k) {
+        dx[k].resize(lens[k] * 6);
+        dX.push_back({dx[k].data(), lens[k], 6, 6, 1});
+    }
+    tracked_vector<score_view<const T>> views;
+    for (auto& d : dY) views.push_back(as_score_view(d));
+    bp(views, dX);
+    return dx;
+}
+
 }  // namespace
 
 TEST_CASE("cross_entropy_heads equals central differences of its loss, at any stride", "[loss]")
@@ -161,15 +177,7 @@ TEST_CASE("training on logits: an over-confident wrong float model gets finite g
             dY.push_back(std::move(d));
         }
         REQUIRE(zeros > 0);  // the premise: probabilities underflow in float
-        std::vector<std::vector<float>> dx(lens.size());
-        std::vector<seq_view<float>> dX;
-        for (std::size_t k = 0; k < lens.size(); ++k) {
-            dx[k].resize(lens[k] * 6);
-            dX.push_back({dx[k].data(), lens[k], 6, 6, 1});
-        }
-        tracked_vector<score_view<const float>> views;
-        for (auto& d : dY) views.push_back(as_score_view(d));
-        bp(views, dX);
+        backprop_splits(bp, lens, dY);
         bool any_nan = false;
         for (const auto& p : s.parameters())
             for (std::size_t i = 0; i < p.size; ++i) any_nan |= std::isnan(p.grad[i]);
@@ -186,15 +194,7 @@ TEST_CASE("training on logits: an over-confident wrong float model gets finite g
     auto [loss, dY] = cross_entropy_heads<float>(Y, gold);
     REQUIRE(std::isfinite(loss));
     REQUIRE(loss > 1000.0);  // confident and wrong
-    std::vector<std::vector<float>> dx(lens.size());
-    std::vector<seq_view<float>> dX;
-    for (std::size_t k = 0; k < lens.size(); ++k) {
-        dx[k].resize(lens[k] * 6);
-        dX.push_back({dx[k].data(), lens[k], 6, 6, 1});
-    }
-    tracked_vector<score_view<const float>> views;
-    for (auto& d : dY) views.push_back(as_score_view(d));
-    bp(views, dX);
+    const auto dx = backprop_splits(bp, lens, dY);
     for (const auto& p : s.parameters()) {
         INFO(p.name);
         for (std::size_t i = 0; i < p.size; ++i) REQUIRE(std::isfinite(p.grad[i]));
@@ -229,12 +229,8 @@ TEST_CASE("training on logits: gradients equal finite differences of the loss in
     };
     auto [Y, bp] = s.forward(X, mode::train);
     auto [loss, dY] = cross_entropy_heads<double>(Y, gold);
-    std::vector<double> dxs(N * 6);
-    std::vector<seq_view<double>> dX;
-    for (std::size_t k = 0, r = 0; k < lens.size(); r += lens[k++]) dX.push_back({dxs.data() + r * 6, lens[k], 6, 6, 1});
-    tracked_vector<score_view<const double>> views;
-    for (auto& d : dY) views.push_back(as_score_view(d));
-    bp(views, dX);
+    std::vector<double> dxs;
+    for (const auto& d : backprop_splits(bp, lens, dY)) dxs.insert(dxs.end(), d.begin(), d.end());
     const double h = 1e-6;
     for (auto& p : s.parameters()) {
         INFO(p.name);
