@@ -42,9 +42,11 @@ std::vector<std::vector<unsigned char>> grads_of(biaffine_scorer<double>& s)
 
 TEST_CASE("scorer backprop rejects hand-made gradient views it cannot read or write", "[layer][views]")
 {
-    const std::vector<double> x(4 * 3, 0.5);
+    std::vector<double> x(4 * 3);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.3 * static_cast<double>(i % 7) - 0.8;
     const std::vector<seq_view<const double>> X{{x.data(), 4, 3, 3, 1}};
-    std::vector<double> dy(16, 1.0), dx(12, 0.0);
+    std::vector<double> dy(16), dx(12, 0.0);
+    for (std::size_t i = 0; i < dy.size(); ++i) dy[i] = 0.1 * static_cast<double>(i % 5);  // not constant per row: the softmax passes it
     struct bad {
         score_view<const double> g;
         seq_view<double> slot;

@@ -57,7 +57,7 @@ if(MODE STREQUAL "install")
   set(prefix "${WORK_DIR}/prefix")
   run("configure biaffine"
       ${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/biaffine-build" ${common_args}
-      -DBIAFFINE_BUILD_TESTS=OFF -DBIAFFINE_BUILD_BENCH=OFF -DBIAFFINE_BUILD_EXAMPLES=OFF
+      -DBIAFFINE_BUILD_TESTS=OFF -DBIAFFINE_BUILD_BENCH=OFF -DBIAFFINE_BUILD_EXAMPLES=OFF -DBIAFFINE_BUILD_PYTHON=OFF
       "-DCMAKE_PREFIX_PATH=${prefix_path}" "-DCMAKE_INSTALL_PREFIX=${prefix}")
   run("install biaffine" ${CMAKE_COMMAND} --install "${WORK_DIR}/biaffine-build")
   foreach(f include/biaffine/biaffine.hpp include/biaffine/version.hpp include/biaffine/decode.hpp
