@@ -37,32 +37,54 @@ namespace biaffine {
 namespace detail {
 
 /// Index of the first maximum of row `r` (n >= 1 values; m names the row in
-/// errors). Floating rows take three vectorised passes over L1-resident data:
-/// Eigen's maximum, a NaN count (a NaN anywhere throws, naming the first
-/// one), and the first column holding the maximum (a minimum over matching
-/// indices, which the compiler vectorises).
+/// errors). Floating rows, in Eigen packets: one pass keeps the running
+/// maximum and whether every value equals itself (a NaN does not; then the
+/// row is searched for the first NaN, which throws), a second pass stops at
+/// the first packet holding the maximum (ties keep the lowest column).
 template <class V>
 std::size_t argmax_row(const V* r, std::size_t n, std::size_t m)
 {
     constexpr const char* where = "argmax_heads";
     if constexpr (std::is_same_v<V, float> || std::is_same_v<V, double>) {
-        using array = Eigen::Array<V, Eigen::Dynamic, 1>;
-        // Index type as wide as V, so compares and selects share vector lanes.
-        using index = std::conditional_t<sizeof(V) == 4, std::int32_t, std::int64_t>;
-        const V best = Eigen::Map<const array>(r, static_cast<Eigen::Index>(n)).maxCoeff();
-        const auto end = static_cast<index>(n);
-        // Two separate loops: GCC vectorises each, not the two fused.
-        index nans = 0;
-        for (index l = 0; l < end; ++l) nans += r[l] != r[l];
-        if (nans != 0) {
+        using namespace Eigen::internal;
+        using P = typename packet_traits<V>::type;
+        constexpr std::size_t w = static_cast<std::size_t>(packet_traits<V>::size);
+        const std::size_t full = n / w * w;
+        V best = r[0];
+        bool nan = false;
+        if (full != 0) {
+            // Two running maxima: pmax's latency, not its throughput, bounds
+            // one chain on rows of a few packets.
+            P vmax = ploadu<P>(r), vmax2 = vmax;
+            P vok = pcmp_eq(vmax, vmax);
+            std::size_t l = w;
+            for (; l + w < full; l += 2 * w) {
+                const P x = ploadu<P>(r + l), y = ploadu<P>(r + l + w);
+                vmax = pmax(vmax, x);
+                vmax2 = pmax(vmax2, y);
+                vok = pand(vok, pand(pcmp_eq(x, x), pcmp_eq(y, y)));
+            }
+            if (l < full) {
+                const P x = ploadu<P>(r + l);
+                vmax = pmax(vmax, x);
+                vok = pand(vok, pcmp_eq(x, x));
+            }
+            best = predux_max(pmax(vmax, vmax2));
+            // vok is all ones where every value so far equalled itself.
+            nan = predux_any(pandnot(ptrue(vok), vok));
+        }
+        for (std::size_t l = full; l < n; ++l) {
+            nan = nan || r[l] != r[l];
+            best = r[l] > best ? r[l] : best;
+        }
+        if (nan) {
             for (std::size_t l = 0; l < n; ++l) check_not_nan(r[l], m, l, where);
         }
-        index first = end;
-        for (index l = 0; l < end; ++l) {
-            const index c = r[l] == best ? l : end;
-            first = c < first ? c : first;
-        }
-        return static_cast<std::size_t>(first);  // ties keep the lowest column
+        std::size_t l = 0;
+        const P vb = pset1<P>(best);
+        while (l < full && !predux_any(pcmp_eq(ploadu<P>(r + l), vb))) l += w;
+        while (r[l] != best) ++l;  // best is one of the row's values
+        return l;
     } else {
         std::size_t best = 0;
         for (std::size_t l = 1; l < n; ++l) {
