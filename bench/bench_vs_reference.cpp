@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -81,11 +82,12 @@ struct options : bb::common_flags {
     double case_seconds = 90;  // stop adding repetitions past this (>= min_reps)
     std::uint64_t ref_items = 4096;
     int blas_threads = 0;  // 0: the case's thread count
+    bool keep_blas_core = false;  // read in main() before parsing: no re-exec for OpenBLAS's core
     options() { labels = {1}; }
     void add_flags(bb::flag_table& t)
     {
         t.add("--impls", impls).add("--reps", reps).add("--case-seconds", case_seconds);
-        t.add("--ref-items", ref_items).add("--blas-threads", blas_threads);
+        t.add("--ref-items", ref_items).add("--blas-threads", blas_threads).add("--keep-blas-core", keep_blas_core);
     }
 };
 
@@ -118,6 +120,8 @@ Usage: bench_vs_reference [flags]
   --budget-mb X      ours: byte budget in MiB (default 16)
   --ref-items N      torch_batched: spaCy padded-items size (default 4096)
   --blas-threads N   OpenBLAS's own thread pool (default: the case's thread count)
+  --keep-blas-core   don't re-run with OPENBLAS_CORETYPE when OpenBLAS picked kernels
+                     older than the CPU's ISA (the report then warns loudly)
   --max-gb X         skip an implementation whose predicted memory exceeds X GiB (default 8)
   --json             one JSON line per (case, implementation) and per case summary
   --md FILE          also write the Markdown report to FILE
@@ -178,6 +182,30 @@ std::vector<std::string> mapped_math_libraries()
     return {libs.begin(), libs.end()};
 }
 
+/// The kernels OpenBLAS chose ("Haswell", "Prescott", ...), or "" when the
+/// BLAS libtorch loaded is not OpenBLAS.
+std::string openblas_core()
+{
+    using core_fn = char* (*)();
+    auto core = reinterpret_cast<core_fn>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+    return core ? std::string(core()) : std::string();
+}
+
+/// The OPENBLAS_CORETYPE that gives this CPU kernels of its own ISA when
+/// OpenBLAS picked older ones (Debian's 0.3.21 does not know recent Xeons and
+/// falls back to SSE3 "Prescott"), else "".
+std::string better_openblas_core(std::string core)
+{
+    if (core.empty()) return "";
+    std::transform(core.begin(), core.end(), core.begin(), [](unsigned char c) { return std::tolower(c); });
+    const std::set<std::string> avx512{"skylakex", "cooperlake", "sapphirerapids"};
+    const std::set<std::string> avx2{"haswell", "zen", "excavator", "skylakex", "cooperlake", "sapphirerapids"};
+    const std::string isa = bb::cpu_isa();
+    if (isa == "AVX-512" && !avx512.count(core)) return "SkylakeX";
+    if (isa == "AVX2+FMA" && !avx2.count(core)) return "Haswell";
+    return "";
+}
+
 /// OpenBLAS's pthread build ignores torch::set_num_threads: set its own pool.
 std::string set_openblas_threads(int n)
 {
@@ -233,7 +261,7 @@ impl make_ours(shared_case& c, std::uint64_t budget, std::size_t* effective_thre
     biaffine::batch_options opts;
     *effective_threads = static_cast<std::size_t>(bb::apply_threads(opts, c.cfg.threads));
     using model_t = decltype(biaffine::with_splits(biaffine::with_minibatch_by_padded_size(
-        std::declval<biaffine::biaffine_scorer<float>&>(), biaffine::budget::bytes(1), opts)));
+        std::declval<biaffine::biaffine_scorer<float>&>(), biaffine::budget::items(1), opts)));
     auto model = std::make_shared<model_t>(
         biaffine::with_splits(biaffine::with_minibatch_by_padded_size(*c.scorer, biaffine::budget::bytes(budget), opts)));
     impl i;
@@ -899,10 +927,27 @@ int main(int argc, char** argv)
     // slows libtorch several-fold at 2 threads. The policy is read when
     // libgomp loads, so set it and re-execute once (a value already set by
     // the user is kept).
+    //
+    // Likewise OpenBLAS reads OPENBLAS_CORETYPE when it loads: when it picked
+    // kernels older than the CPU's ISA, the reference would be measured on
+    // the wrong kernels, so re-execute with the right core (unless the user
+    // set OPENBLAS_CORETYPE or passed --keep-blas-core) and say so.
+    bool reexec = false;
     if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
         setenv("OMP_WAIT_POLICY", "passive", 1);
+        reexec = true;
+    }
+    bool keep_core = false;
+    for (int a = 1; a < argc; ++a) keep_core = keep_core || std::strcmp(argv[a], "--keep-blas-core") == 0;
+    const std::string better = better_openblas_core(openblas_core());
+    if (!better.empty() && !keep_core && std::getenv("OPENBLAS_CORETYPE") == nullptr) {
+        setenv("BIAFFINE_BENCH_OPENBLAS_CORE_WAS", openblas_core().c_str(), 1);
+        setenv("OPENBLAS_CORETYPE", better.c_str(), 1);
+        reexec = true;
+    }
+    if (reexec) {
         execv("/proc/self/exe", argv);
-        std::perror("bench_vs_reference: re-exec with OMP_WAIT_POLICY=passive failed; continuing");
+        std::perror("bench_vs_reference: re-exec with OMP_WAIT_POLICY / OPENBLAS_CORETYPE failed; continuing");
     }
     try {
         const options opt = parse(argc, argv);
@@ -929,6 +974,39 @@ int main(int argc, char** argv)
              << " MiB byte budget, libtorch batched the spaCy rule with " << opt.ref_items
              << " padded items. Times cover document in -> per-split scores out (and, in train, the gradient "
                 "built in place and backward to the document).\n\n";
+        head << "ISA: the CPU runs " << bb::cpu_isa() << ", this build targets " << bb::build_isa()
+             << ". Ours, float: backend " << bb::float_backend() << ".";
+        const std::string core = openblas_core();
+        const char* was = std::getenv("BIAFFINE_BENCH_OPENBLAS_CORE_WAS");
+        if (core.empty()) {
+            head << " libtorch's BLAS is not OpenBLAS (no openblas_get_corename).";
+        } else {
+            head << " libtorch's BLAS: OpenBLAS, " << core << " kernels";
+            if (was != nullptr) {
+                head << " (**re-run with OPENBLAS_CORETYPE=" << std::getenv("OPENBLAS_CORETYPE")
+                     << ": OpenBLAS had picked " << was << " kernels, older than this CPU's ISA**)";
+            }
+            head << ".";
+            const std::string better = better_openblas_core(core);
+            if (!better.empty()) {
+                head << "\n\n**WARNING: OpenBLAS runs " << core << " kernels on a " << bb::cpu_isa()
+                     << " CPU: every libtorch figure below is on the wrong kernels and the ratios overstate ours. "
+                        "Run without --keep-blas-core and without OPENBLAS_CORETYPE, or with OPENBLAS_CORETYPE="
+                     << better << ".**";
+                std::cerr << "bench_vs_reference: WARNING: OpenBLAS runs " << core << " kernels on a "
+                          << bb::cpu_isa() << " CPU (OPENBLAS_CORETYPE=" << better << " would fix it)\n";
+            }
+        }
+        head << "\n\n";
+        if (opt.json) {
+            bb::json_line j;
+            j.add("header", true).add("cpu", bb::cpu_model()).add("cpu_isa", bb::cpu_isa())
+                .add("build_isa", bb::build_isa()).add("float_backend", biaffine::detail::compute_backend<float>::name)
+                .add("float_operations", biaffine::detail::compute_backend<float>::operations)
+                .add("openblas_core", core).add("openblas_core_was", was ? std::string(was) : std::string())
+                .add("openblas_coretype", std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "");
+            std::cout << j.str() << std::endl;
+        }
         out << head.str() << std::flush;
         std::string report = head.str();
         for (const auto& c : opt.cases) {

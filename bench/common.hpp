@@ -26,6 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "biaffine/detail/compute/backend.hpp"
+
 namespace biaffine_bench {
 
 inline double now_seconds()
@@ -57,6 +59,37 @@ inline std::uint64_t current_rss_bytes()
     std::uint64_t size = 0, resident = 0;
     f >> size >> resident;
     return resident * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+/// The widest vector ISA this CPU runs ("AVX-512", "AVX2+FMA", "AVX", "SSE").
+inline const char* cpu_isa()
+{
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return "AVX-512";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "AVX2+FMA";
+    if (__builtin_cpu_supports("avx")) return "AVX";
+    return "SSE";
+}
+
+/// The widest vector ISA this binary was compiled for.
+inline const char* build_isa()
+{
+#if defined(__AVX512F__)
+    return "AVX-512";
+#elif defined(__AVX2__) && defined(__FMA__)
+    return "AVX2+FMA";
+#elif defined(__AVX__)
+    return "AVX";
+#else
+    return "SSE";
+#endif
+}
+
+/// Which backend runs each of the float scorer's operations in this build.
+inline std::string float_backend()
+{
+    using B = biaffine::detail::compute_backend<float>;
+    return std::string(B::name) + " (" + B::operations + ")";
 }
 
 /// The CPU model name from /proc/cpuinfo.

@@ -208,6 +208,20 @@ void fuzz_byte_planner(fuzz::input& in)
     std::vector<seq_view<const double>> splits;
     for (std::size_t i = 0; i < n; ++i) splits.push_back({storage.data() + i, static_cast<std::size_t>(lengths[i]), 1, 0, 1});
 
+    // A byte budget at or below one split's bookkeeping is refused when the
+    // layer is built (whatever the split list), and nothing runs.
+    using batcher_t = decltype(with_minibatch_by_padded_size(layer, budget::items(1), opts));
+    if (!items && value <= batcher_t::min_bookkeeping_bytes()) {
+        bool refused = false;
+        try {
+            with_minibatch_by_padded_size(layer, budget::bytes(value), opts);
+        } catch (const budget_error&) {
+            refused = true;
+        }
+        FUZZ_CHECK(refused);
+        FUZZ_CHECK(layer.batches.empty());
+        return;
+    }
     auto batcher = with_minibatch_by_padded_size(layer, items ? budget::items(value) : budget::bytes(value), opts);
     u128 limit = value;
     bool bookkeeping_too_big = false;

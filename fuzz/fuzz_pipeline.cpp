@@ -7,7 +7,10 @@
 // split alone. Invalid input (split lengths that don't sum to the rows,
 // negative lengths, wrong widths, a missing list, a zero budget or buffer, a
 // budget too small under the throw policy, a gradient of the wrong shape, a
-// second backprop): the documented biaffine::error subclass, with parameters
+// second backprop): the documented biaffine::error subclass. Training
+// returns probabilities or logits (cfg.train_outputs); streamed views go
+// through the checked decoders (mst_heads / argmax_heads on a view,
+// labels_at_heads on label views), with parameters
 // and gradients untouched - never a crash, never another exception. Sizes are
 // tiny so that executions are fast.
 #include <cmath>
@@ -64,6 +67,7 @@ spec decode(fuzz::input& in)
     s.cfg.bias_u = in.flag();
     s.cfg.bias_v = in.flag();
     s.cfg.recompute_in_backward = in.flag();
+    s.cfg.train_outputs = in.flag() ? train_output::logits : train_output::probabilities;
     s.cfg.seed = in.u8();
     s.padded = in.flag();
     const std::uint8_t bk = in.u8();
@@ -148,6 +152,58 @@ T value_of(fuzz::input& in)
     return static_cast<T>(static_cast<std::int8_t>(b)) / T(16);
 }
 
+// Whether f() throws an E (anything else propagates).
+template <class E, class F>
+bool throws(F&& f)
+{
+    try {
+        f();
+    } catch (const E&) {
+        return true;
+    }
+    return false;
+}
+
+// The checked decoders on a streamed view: on arc scores the same heads as
+// the pointer form (or the same error, for NaN); on label scores a
+// shape_error, and labels_at_heads picks each token's best label at a head,
+// checked against a plain scan.
+template <class T>
+void check_view_decoders(const score_view<const T>& v)
+{
+    auto outcome = [](auto&& decode) -> std::vector<std::size_t> {
+        try {
+            return decode();
+        } catch (const error&) {
+            return {std::size_t(-1)};  // NaN scores: both forms refuse them
+        }
+    };
+    if (v.labels == 1) {
+        FUZZ_CHECK(outcome([&] { return mst_heads(v); }) == outcome([&] { return mst_heads(v.data, v.n, v.row_stride); }));
+        FUZZ_CHECK(outcome([&] { return argmax_heads(v); }) ==
+                   outcome([&] { return argmax_heads(v.data, v.n, v.row_stride); }));
+        return;
+    }
+    FUZZ_CHECK(throws<shape_error>([&] { mst_heads(v); }) || v.n == 0);
+    // Heads: token m's head is (m + 1) mod n.
+    std::vector<std::size_t> heads(v.n), want(v.n);
+    bool nan = false;
+    for (std::size_t m = 0; m < v.n; ++m) {
+        heads[m] = (m + 1) % v.n;
+        const T* cell = v.data + static_cast<std::ptrdiff_t>(m) * v.row_stride + heads[m] * v.labels;
+        for (std::size_t l = 0; l < v.labels; ++l) {
+            if (cell[l] != cell[l]) nan = true;
+            if (cell[l] > cell[want[m]]) want[m] = l;
+        }
+    }
+    if (nan) FUZZ_CHECK(throws<error>([&] { labels_at_heads(v, heads); }));
+    else FUZZ_CHECK(labels_at_heads(v, heads) == want);
+    if (v.n != 0) {
+        heads[0] = v.n;  // out of range: refused
+        FUZZ_CHECK(throws<length_error>([&] { labels_at_heads(v, heads); }));
+    }
+}
+
 template <class T, class Docs, class Pipe>
 void run(fuzz::input& in, const spec& s, biaffine_scorer<T>& scorer, const Docs& docs, Pipe& pipe)
 {
@@ -202,6 +258,7 @@ void run(fuzz::input& in, const spec& s, biaffine_scorer<T>& scorer, const Docs&
                     got[k].push_back(v.data[static_cast<std::ptrdiff_t>(m) * v.row_stride + static_cast<std::ptrdiff_t>(l)]);
             FUZZ_CHECK(k < doc_of.size() && d == doc_of[k]);
             FUZZ_CHECK(v.labels == o);
+            check_view_decoders(v);
         });
         FUZZ_CHECK(s.structural_ok);
         seen.resize(views.size(), 0);
@@ -214,6 +271,8 @@ void run(fuzz::input& in, const spec& s, biaffine_scorer<T>& scorer, const Docs&
     }
 
     const mode m = s.op == 2 ? mode::eval : mode::train;
+    // Logits in training, without dropout: the eval scores themselves.
+    const bool train_is_eval = m == mode::train && s.cfg.train_outputs == train_output::logits && s.cfg.dropout == 0;
     const std::vector<T> g_start = grads_of(scorer);
     auto [Y, bp] = pipe.forward(docs, s.lengths, m);
     FUZZ_CHECK(s.structural_ok);
@@ -221,6 +280,7 @@ void run(fuzz::input& in, const spec& s, biaffine_scorer<T>& scorer, const Docs&
     for (std::size_t k = 0; k < Y.size(); ++k) {
         check_shape(Y[k], views[k].rows);
         FUZZ_CHECK(all_close(Y[k], alone(k, m)));
+        if (train_is_eval) FUZZ_CHECK(all_close(Y[k], alone(k, mode::eval)));
     }
     // Score gradients from the remaining bytes (finite values).
     std::vector<xt::xarray<T>> dY;
@@ -291,7 +351,9 @@ void fuzz_one(fuzz::input& in, const spec& s)
         docs.push_back(std::move(doc));
     }
     biaffine_scorer<T> scorer(s.cfg);
-    const bool budget_ok = s.budget_kind != 2 && s.opts.buffer != 0;
+    using batcher_t = decltype(with_minibatch_by_padded_size(scorer, budget::items(1)));
+    const bool budget_ok = s.budget_kind != 2 && s.opts.buffer != 0 &&
+                           !(s.budget_kind == 1 && s.budget_value <= batcher_t::min_bookkeeping_bytes());
     try {
         const budget b = s.budget_kind == 0 ? budget::items(s.budget_value)
                                             : budget::bytes(s.budget_kind == 1 ? s.budget_value : 0);

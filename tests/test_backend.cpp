@@ -16,6 +16,10 @@
 #include <vector>
 
 #include "biaffine/detail/compute/backend.hpp"
+#if defined(__AVX2__) && defined(__FMA__)
+// Tested wherever it can run, also on AVX-512 builds that do not choose it.
+#include "biaffine/detail/compute/avx2_backend.hpp"
+#endif
 
 namespace {
 
@@ -98,20 +102,192 @@ void check_relu_backward(const char* name)
     }
 }
 
+// A strided split list over a document: X[k] is rows [first_k, first_k + n_k)
+// of a [rows, ld] buffer (ld > n_in).
+template <class T>
+struct split_doc {
+    std::vector<T> data;
+    std::vector<biaffine::seq_view<const T>> items;
+    std::vector<std::size_t> off;
+};
+
+// Every batch-wide product of Backend (projections, U.W', its backward, the
+// input backward) against double loops, at sizes around the kernels' block
+// edges, with and without the bias columns, o = 1 and 3.
+template <class Backend, class T>
+void check_batch_products(const char* name)
+{
+    std::mt19937 gen(11);
+    std::uniform_real_distribution<double> d(-1.0, 1.0);
+    const double tol = sizeof(T) == 8 ? 1e-11 : 2e-5;
+    auto rnd = [&](std::size_t n) {
+        std::vector<T> v(n);
+        for (T& x : v) x = static_cast<T>(d(gen));
+        return v;
+    };
+    auto close = [&](const std::vector<T>& got, const std::vector<double>& want) {
+        double worst = 0.0;
+        for (std::size_t i = 0; i < want.size(); ++i) {
+            worst = std::max(worst, std::abs(static_cast<double>(got[i]) - want[i]) / (1.0 + std::abs(want[i])));
+        }
+        return worst;
+    };
+    for (std::size_t n_in : {std::size_t(3), std::size_t(33)}) {
+        for (std::size_t h : {std::size_t(7), std::size_t(16), std::size_t(40)}) {
+            for (std::size_t o : {std::size_t(1), std::size_t(3)}) {
+                for (bool bias : {true, false}) {
+                    scorer_dims dims;
+                    dims.n_in = n_in;
+                    dims.hidden = h;
+                    dims.labels = o;
+                    dims.bias_u = bias;
+                    dims.bias_v = !bias || o == 1;  // mixed flags too
+                    const std::size_t hu = dims.hu(), hv = dims.hv();
+                    // Splits of 0, 5, 17 and 1 rows; N = 23, a strided document.
+                    const std::vector<std::size_t> lens{0, 5, 17, 1};
+                    split_doc<T> X;
+                    const std::size_t ld = n_in + 2, N = 23;
+                    X.data = rnd(N * ld);
+                    std::size_t row = 0;
+                    for (std::size_t n : lens) {
+                        X.items.push_back({X.data.data() + row * ld, n, n_in, static_cast<std::ptrdiff_t>(ld), 1});
+                        X.off.push_back(row);
+                        row += n;
+                    }
+                    INFO(name << ": n_in " << n_in << " h " << h << " o " << o << " bias_u " << dims.bias_u
+                              << " bias_v " << dims.bias_v);
+                    const std::vector<T> wh = rnd(h * n_in), wd = rnd(h * n_in), bh = rnd(h), bd = rnd(h),
+                                         w = rnd(o * hu * hv);
+                    const biaffine::detail::weights_ref<T> wr{wh.data(), bh.data(), wd.data(), bd.data(), w.data()};
+                    std::vector<T> packed(std::max(Backend::packed_elements(dims, 17),
+                                                   Backend::train_packed_elements(dims, 17)) + 1);
+                    std::vector<T> xp(N * n_in);
+                    biaffine::detail::gather_rows(X.items, X.off.data(), n_in, xp.data());
+
+                    // Projections: relu(X W^T + b), the ones column.
+                    std::vector<T> u(N * hu), v(N * hv);
+                    Backend::projections(dims, wr, xp.data(), N, u.data(), v.data(), packed.data());
+                    std::vector<double> want_u(N * hu), want_v(N * hv);
+                    for (std::size_t r = 0; r < N; ++r) {
+                        for (std::size_t j = 0; j < h; ++j) {
+                            double zu = bh[j], zv = bd[j];
+                            for (std::size_t i = 0; i < n_in; ++i) {
+                                zu += static_cast<double>(xp[r * n_in + i]) * wh[j * n_in + i];
+                                zv += static_cast<double>(xp[r * n_in + i]) * wd[j * n_in + i];
+                            }
+                            want_u[r * hu + j] = std::max(zu, 0.0);
+                            want_v[r * hv + j] = std::max(zv, 0.0);
+                        }
+                        if (dims.bias_u) want_u[r * hu + h] = 1.0;
+                        if (dims.bias_v) want_v[r * hv + h] = 1.0;
+                    }
+                    CHECK(close(u, want_u) < tol);
+                    CHECK(close(v, want_v) < tol);
+
+                    // T = U W' ([N, o * hv]).
+                    std::vector<T> t(N * o * hv);
+                    Backend::bilinear_left(dims, w.data(), u.data(), N, t.data(), packed.data());
+                    std::vector<double> want_t(N * o * hv, 0.0);
+                    for (std::size_t r = 0; r < N; ++r)
+                        for (std::size_t k = 0; k < o; ++k)
+                            for (std::size_t c = 0; c < hv; ++c)
+                                for (std::size_t a = 0; a < hu; ++a)
+                                    want_t[r * o * hv + k * hv + c] +=
+                                        static_cast<double>(u[r * hu + a]) * w[(k * hu + a) * hv + c];
+                    CHECK(close(t, want_t) < tol);
+
+                    // dU = dT W'^T (overwritten), dW += U^T dT (accumulated).
+                    const std::vector<T> dt = rnd(N * o * hv), dw0 = rnd(o * hu * hv);
+                    std::vector<T> du = rnd(N * hu), dw = dw0;
+                    Backend::bilinear_left_backward(dims, w.data(), u.data(), N, dt.data(), du.data(), dw.data(),
+                                                    packed.data());
+                    std::vector<double> want_du(N * hu, 0.0), want_dw(dw0.begin(), dw0.end());
+                    for (std::size_t r = 0; r < N; ++r)
+                        for (std::size_t k = 0; k < o; ++k)
+                            for (std::size_t a = 0; a < hu; ++a)
+                                for (std::size_t c = 0; c < hv; ++c) {
+                                    const double g = dt[r * o * hv + k * hv + c];
+                                    want_du[r * hu + a] += g * w[(k * hu + a) * hv + c];
+                                    want_dw[(k * hu + a) * hv + c] += static_cast<double>(u[r * hu + a]) * g;
+                                }
+                    CHECK(close(du, want_du) < tol);
+                    CHECK(close(dw, want_dw) < tol);
+
+                    // dWh += dZu^T X, dWd += dZv^T X, xp = dZu Wh + dZv Wd.
+                    const std::vector<T> dzu = rnd(N * hu), dzv = rnd(N * hv), gwh0 = rnd(h * n_in),
+                                         gwd0 = rnd(h * n_in);
+                    std::vector<T> gwh = gwh0, gwd = gwd0, gb(h), gw(1), dx(N * n_in);
+                    const biaffine::detail::grads_ref<T> gr{gwh.data(), gb.data(), gwd.data(), gb.data(), gw.data()};
+                    Backend::input_backward(dims, wr, gr, X.items, X.off.data(), N, dzu.data(), dzv.data(), dx.data(),
+                                            packed.data());
+                    std::vector<double> want_gwh(gwh0.begin(), gwh0.end()), want_gwd(gwd0.begin(), gwd0.end()),
+                        want_dx(N * n_in, 0.0);
+                    for (std::size_t r = 0; r < N; ++r)
+                        for (std::size_t j = 0; j < h; ++j)
+                            for (std::size_t i = 0; i < n_in; ++i) {
+                                const double x = xp[r * n_in + i];
+                                want_gwh[j * n_in + i] += static_cast<double>(dzu[r * hu + j]) * x;
+                                want_gwd[j * n_in + i] += static_cast<double>(dzv[r * hv + j]) * x;
+                                want_dx[r * n_in + i] += static_cast<double>(dzu[r * hu + j]) * wh[j * n_in + i] +
+                                                         static_cast<double>(dzv[r * hv + j]) * wd[j * n_in + i];
+                            }
+                    CHECK(close(gwh, want_gwh) < tol);
+                    CHECK(close(gwd, want_gwd) < tol);
+                    CHECK(close(dx, want_dx) < tol);
+                }
+            }
+        }
+    }
+}
+
 }  // namespace
+
+TEST_CASE("every backend's batch-wide products equal double loops", "[backend]")
+{
+    check_batch_products<biaffine::detail::eigen_backend<double>, double>("eigen double");
+    check_batch_products<biaffine::detail::eigen_backend<float>, float>("eigen float");
+#if defined(__AVX2__) && defined(__FMA__)
+    check_batch_products<biaffine::detail::avx2_backend, float>("avx2");
+#endif
+#if defined(BIAFFINE_USE_BLAS)
+    check_batch_products<biaffine::detail::blas_backend<double>, double>("blas double");
+    check_batch_products<biaffine::detail::blas_backend<float>, float>("blas float");
+    INFO("BLAS: " << biaffine::detail::blas_description());
+#else
+    WARN("the BLAS backend is not built here (configure with -DBIAFFINE_WITH_BLAS=ON): its products are not tested");
+#endif
+}
 
 TEST_CASE("the backend chosen for each scalar type is what the build says", "[backend]")
 {
+#if defined(BIAFFINE_USE_BLAS)
+    REQUIRE(std::strcmp(biaffine::detail::compute_backend<double>::name, "blas") == 0);
+    REQUIRE(std::strcmp(biaffine::detail::compute_backend<float>::name, "blas") == 0);
+    REQUIRE(BIAFFINE_GEMM_KERNEL == 0);
+    return;
+#endif
     REQUIRE(std::strcmp(biaffine::detail::compute_backend<double>::name, "eigen") == 0);
-#if defined(__AVX2__) && defined(__FMA__) && !defined(BIAFFINE_NO_GEMM_KERNEL)
-    REQUIRE(BIAFFINE_GEMM_KERNEL == 1);
-    REQUIRE(std::strcmp(biaffine::detail::compute_backend<float>::name, "avx2") == 0);
+    // The rule of backend.hpp, from the target's macros: the kernel on AVX2 +
+    // FMA without AVX-512 (or with it when BIAFFINE_AVX2_KERNEL_ON_AVX512).
+#if defined(__AVX512F__)
+    const bool avx512 = true;
 #else
-    WARN("the AVX2 backend is not compiled in (no AVX2/FMA target, or BIAFFINE_NO_GEMM_KERNEL): its tests are left "
-         "out, float runs on Eigen");
+    const bool avx512 = false;
+#endif
+#if defined(__AVX2__) && defined(__FMA__) && !defined(BIAFFINE_NO_GEMM_KERNEL)
+    const bool kernel = !avx512 || BIAFFINE_AVX2_KERNEL_ON_AVX512;
+#else
+    const bool kernel = false;
+#endif
+    INFO("target: AVX-512 " << avx512 << ", kernel expected " << kernel);
+    if (kernel) {
+        REQUIRE(BIAFFINE_GEMM_KERNEL == 1);
+        REQUIRE(std::strcmp(biaffine::detail::compute_backend<float>::name, "avx2") == 0);
+        return;
+    }
+    WARN("float runs on Eigen in this build (no AVX2/FMA target, an AVX-512 target, or BIAFFINE_NO_GEMM_KERNEL)");
     REQUIRE(BIAFFINE_GEMM_KERNEL == 0);
     REQUIRE(std::strcmp(biaffine::detail::compute_backend<float>::name, "eigen") == 0);
-#endif
 }
 
 TEST_CASE("eigen backend: split scores equal a double loop on every path", "[backend]")
@@ -129,7 +305,7 @@ TEST_CASE("eigen backend: relu backward is a select with the bias sums", "[backe
     check_relu_backward<biaffine::detail::eigen_backend<float>, float>("eigen<float>");
 }
 
-#if defined(__AVX2__) && defined(__FMA__) && !defined(BIAFFINE_NO_GEMM_KERNEL)
+#if defined(__AVX2__) && defined(__FMA__)
 
 TEST_CASE("avx2 backend: split scores equal a double loop on every path", "[backend]")
 {

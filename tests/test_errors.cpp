@@ -217,7 +217,12 @@ std::map<std::string, std::function<void()>> scenarios()
         biaffine_scorer<double> sc(small_config());
         std::vector<doc_t> docs{doc(3)};
         std::vector<std::vector<int>> lengths{{1, 1, 1}};
-        with_splits(with_minibatch_by_padded_size(sc, budget::bytes(100))).predict(docs, lengths);
+        with_splits(with_minibatch_by_padded_size(sc, budget::bytes(200))).predict(docs, lengths);
+    };
+    s["budget-below-one-split"] = [] {
+        // Refused when the layer is built: no call could ever run.
+        biaffine_scorer<double> sc(small_config());
+        with_minibatch_by_padded_size(sc, budget::bytes(100));
     };
     s["budget-below-index"] = [] {
         // Covers the batcher's 408 bytes but not the per-document index on top.
@@ -233,6 +238,16 @@ std::map<std::string, std::function<void()>> scenarios()
         batch_options o;
         o.oversize = oversize_policy::throw_error;
         with_splits(with_minibatch_by_padded_size(sc, budget::items(4), o)).predict(docs, lengths);
+    };
+    s["oversize-throw-bytes"] = [] {
+        // The message leads with the budget the user set, then what the
+        // bookkeeping left of it.
+        biaffine_scorer<double> sc(small_config());
+        std::vector<doc_t> docs{doc(40)};
+        std::vector<std::vector<int>> lengths{{40}};
+        batch_options o;
+        o.oversize = oversize_policy::throw_error;
+        with_splits(with_minibatch_by_padded_size(sc, budget::bytes(8192), o)).predict(docs, lengths);
     };
     s["size-overflow"] = [] {
         // A split of 2^32 rows (a stride-0 view: no memory behind it) would

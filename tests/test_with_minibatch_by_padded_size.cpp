@@ -393,7 +393,7 @@ TEST_CASE("with_minibatch_by_padded_size: oversize policies", "[with_minibatch_b
     // Budget: the bookkeeping plus what a batch of the three short splits costs,
     // far below the 50-token split alone.
     batch_options opts;
-    auto probe = with_minibatch_by_padded_size(rec, budget::bytes(1), opts);
+    auto probe = with_minibatch_by_padded_size(rec, budget::items(1), opts);
     const std::uint64_t own = probe.bookkeeping_bytes(5);
     const std::uint64_t small = probe.planned_bytes(4, 3);
     REQUIRE(rec.cost(1, 50).total() > small);
@@ -441,10 +441,19 @@ TEST_CASE("with_minibatch_by_padded_size: bad input", "[with_minibatch_by_padded
     REQUIRE_THROWS_WITH(with_minibatch_by_padded_size(rec, budget{budget_kind::padded_items, 0}),
                         Catch::Contains("budget must be positive"));
 
-    // A byte budget too small for the batcher's own bookkeeping.
-    auto tiny = with_minibatch_by_padded_size(rec, budget::bytes(8));
+    // A byte budget below the bookkeeping of one split: refused when built.
+    using layer_t = decltype(with_minibatch_by_padded_size(rec, budget::items(1)));
+    const std::uint64_t one = layer_t::min_bookkeeping_bytes();
+    REQUIRE(one == with_minibatch_by_padded_size(rec, budget::items(1)).bookkeeping_bytes(1));
+    REQUIRE_THROWS_AS(with_minibatch_by_padded_size(rec, budget::bytes(8)), budget_error);
+    REQUIRE_THROWS_WITH(with_minibatch_by_padded_size(rec, budget::bytes(one)),
+                        Catch::Contains("bookkeeping for one split") && Catch::Contains(std::to_string(one)));
+    // Enough for one split's bookkeeping but not for a buffer of three: the
+    // call is refused, before any batch runs.
+    auto tiny = with_minibatch_by_padded_size(rec, budget::bytes(one + 1));
     REQUIRE_THROWS_AS(tiny.predict(items.views), budget_error);
     REQUIRE_THROWS_WITH(tiny.predict(items.views), Catch::Contains("bookkeeping"));
+    REQUIRE(rec.calls.empty());
 
     auto layer = with_minibatch_by_padded_size(rec, budget::items(4));
     auto [Y, bp] = layer.forward(items.views, mode::train);

@@ -87,11 +87,12 @@ void pipeline_workload(std::mt19937& rng, int trial)
     // bytes (every split alone) to a megabyte.
     std::uint64_t value = 0;
     if (by_bytes) {
-        const auto probe = with_minibatch_by_padded_size(scorer, budget::bytes(1), opts);
+        const auto probe = with_minibatch_by_padded_size(scorer, budget::items(1), opts);
         const double e = std::uniform_real_distribution<double>(0.0, 20.0)(rng);
         // with_splits' per-document index is paid from the budget too
         const std::uint64_t index = n_docs * (sizeof(seq_view<const T>) + sizeof(std::size_t)) + sizeof(std::size_t);
-        value = probe.bookkeeping_bytes(n_splits) + index + 1 + static_cast<std::uint64_t>(std::exp2(e));
+        // (at least one split's bookkeeping: less is refused when the layer is built)
+        value = probe.bookkeeping_bytes(std::max<std::size_t>(n_splits, 1)) + index + 1 + static_cast<std::uint64_t>(std::exp2(e));
     } else {
         value = std::uniform_int_distribution<std::uint64_t>(1, 400)(rng);
     }
@@ -630,7 +631,7 @@ TEST_CASE("with_splits: bad input raises a specific exception naming where and w
     {
         const std::vector<xt::xtensor<float, 2>> many(50, xt::zeros<float>({1, 4}));
         const std::vector<std::vector<int>> l(50, std::vector<int>{1});
-        const auto probe = with_minibatch_by_padded_size(scorer, budget::bytes(1));
+        const auto probe = with_minibatch_by_padded_size(scorer, budget::items(1));
         const std::uint64_t B = probe.bookkeeping_bytes(50) + probe.planned_bytes(1, 1) + 100;
         auto batcher = with_minibatch_by_padded_size(scorer, budget::bytes(B));
         // The same splits as a plain list fit (one at a time) ...

@@ -10,8 +10,33 @@
 
 /// Define to build the float path without the hand-written AVX2/FMA GEMM
 /// kernel: every product then goes through Eigen (as double always does).
-/// The kernel is otherwise used when the compiler targets AVX2 and FMA.
+/// The kernel is otherwise used when the compiler targets AVX2 and FMA but
+/// not AVX-512 (see BIAFFINE_AVX2_KERNEL_ON_AVX512).
 // #define BIAFFINE_NO_GEMM_KERNEL
+
+/// 1: float runs on the AVX2/FMA kernel also when the compiler targets
+/// AVX-512. Default 0: on AVX-512 targets float runs on Eigen, whose AVX-512
+/// GEMM is the faster there. Measured on an AVX-512 Xeon (2 cores, g++ 12.2,
+/// -O3 -march=native, Eigen 3.4.0): the pipeline at 110 GFLOP/s on Eigen vs
+/// 71 on the kernel (100k tokens, o = 1), 93 vs 54 (20k, o = 50), 93 vs 55
+/// (training); the projection alone 105.7 vs 89.5. On AVX2 without AVX-512
+/// (AMD EPYC) the kernel wins (projection 74 vs 49.9), so it stays there.
+#ifndef BIAFFINE_AVX2_KERNEL_ON_AVX512
+#define BIAFFINE_AVX2_KERNEL_ON_AVX512 0
+#endif
+
+/// Define (and link a CBLAS: OpenBLAS or BLIS) to run the scorer's
+/// batch-wide products - projections, U.W', their backward, the input
+/// gradient - on cblas_?gemm, for float and double; per-split products stay
+/// on Eigen / row_dots. CMake: -DBIAFFINE_WITH_BLAS=ON defines it and links.
+// #define BIAFFINE_USE_BLAS
+
+/// 1: with BIAFFINE_USE_BLAS, set the BLAS's own thread pool (OpenBLAS or
+/// BLIS) to one thread on first use: the library runs batches on its own
+/// threads (batch_options::threads). 0: leave the pool as the program set it.
+#ifndef BIAFFINE_BLAS_PIN_THREADS
+#define BIAFFINE_BLAS_PIN_THREADS 1
+#endif
 
 /// 1: silence GCC bug 105593 (`'__Y' may be used uninitialized` from
 /// avx512fintrin.h inside Eigen's AVX-512 code) around the library's include

@@ -89,13 +89,21 @@ public:
     using backprop_type = split_backprop<T>;
 
     /// Wraps `inner` (held by reference when an lvalue); throws budget_error
-    /// for a zero budget or buffer, error for zero threads.
+    /// for a zero budget or buffer, or a byte budget that cannot cover the
+    /// bookkeeping of even one split (min_bookkeeping_bytes(): no call could
+    /// ever run, so it is refused here rather than at the first call); error
+    /// for zero threads.
     with_minibatch_by_padded_size_layer(Inner&& inner, budget b, batch_options opts = {})
         : base(std::forward<Inner>(inner)), budget_(b), opts_(opts)
     {
         if (b.value == 0) throw budget_error("with_minibatch_by_padded_size: the budget must be positive, got 0");
         if (opts.buffer == 0) throw budget_error("with_minibatch_by_padded_size: buffer must be positive, got 0");
         if (opts.threads == 0) throw error("with_minibatch_by_padded_size: threads must be at least 1, got 0");
+        if (b.kind == budget_kind::bytes && b.value <= min_bookkeeping_bytes()) {
+            throw budget_error(detail::msg("with_minibatch_by_padded_size: a budget of ", b.value,
+                                           " bytes does not cover the batcher's own bookkeeping for one split (",
+                                           min_bookkeeping_bytes(), " bytes)"));
+        }
     }
 
     const budget& get_budget() const noexcept { return budget_; }    ///< the batch budget
@@ -143,9 +151,14 @@ public:
     std::uint64_t bookkeeping_bytes(std::size_t n_items) const
     {
         const std::uint64_t n = std::min<std::uint64_t>(opts_.buffer, n_items);
-        const std::uint64_t per_item =
-            2 * sizeof(seq_view<const T>) + 3 * sizeof(std::size_t) + sizeof(planned_batch);
-        return detail::checked_mul(n, per_item, "batch bookkeeping");
+        return detail::checked_mul(n, min_bookkeeping_bytes(), "batch bookkeeping");
+    }
+
+    /// The bookkeeping of a call with one split, the least any call needs:
+    /// a byte budget must exceed it (checked when the layer is built).
+    static constexpr std::uint64_t min_bookkeeping_bytes() noexcept
+    {
+        return 2 * sizeof(seq_view<const T>) + 3 * sizeof(std::size_t) + sizeof(planned_batch);
     }
 
     /// Scores of every split, in input order: `[n_k, n_k(, o)]` each.
@@ -312,6 +325,7 @@ private:
         s.buffer = opts_.buffer;
         s.threads = std::min(threads, threads_for(n));
         s.limit = limit;
+        s.budget = budget_.value;
         s.unit = budget_.kind == budget_kind::bytes ? "bytes" : "padded items";
         s.oversize = opts_.oversize;
         s.oversize_count = &oversize_;

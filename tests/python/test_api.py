@@ -245,7 +245,8 @@ def test_bad_input_table_rows(s3, tmp_path):
     expect("budget-megabytes-overflow", lambda: biaffine.budget.megabytes(1 << 50))
     expect("buffer-zero", lambda: s3.predict([d], [[7]], buffer=0))
     expect("threads-zero", lambda: s3.predict([d], [[7]], threads=0))
-    expect("budget-below-bookkeeping", lambda: s3.predict([d], [[3, 2, 2]], budget=biaffine.budget.bytes(100), buffer=3))
+    expect("budget-below-bookkeeping", lambda: s3.predict([d], [[3, 2, 2]], budget=biaffine.budget.bytes(200), buffer=3))
+    expect("budget-below-one-split", lambda: s3.predict([d], [[7]], budget=biaffine.budget.bytes(100)))
     expect("budget-below-index", lambda: s3.predict([np.ones((3, 3))] + [np.ones((0, 3))] * 3, [[1, 1, 1], [], [], []],
                                                     budget=biaffine.budget.bytes(420)))
     expect("bilinear-shapes", lambda: biaffine.pairwise_bilinear(np.ones((1, 2, 3)), np.ones((1, 2, 4)),

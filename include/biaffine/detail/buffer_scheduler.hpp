@@ -24,6 +24,7 @@
 #include <exception>
 #include <limits>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -42,6 +43,7 @@ struct buffer_schedule {
     std::size_t buffer = 256;                              ///< items planned together
     std::size_t threads = 1;                               ///< at most the number of items
     std::uint64_t limit = 0;                               ///< what the budget leaves for each batch
+    std::uint64_t budget = 0;                              ///< the user's budget (limit + bookkeeping)
     const char* unit = "bytes";                            ///< the limit's unit, for messages
     oversize_policy oversize = oversize_policy::run_alone; ///< a lone item over the limit
     counter* oversize_count = nullptr;                     ///< + 1 per oversize item run alone
@@ -178,6 +180,15 @@ private:
 
     bool all_planned() const { return next_buffer_ * buffers_.front().items.size() >= X_.size(); }
 
+    // "budget of B unit", and what bookkeeping left of it when that differs,
+    // so the figure the user set is the one they read first.
+    std::string oversize_limit() const
+    {
+        if (s_.budget <= s_.limit) return msg("budget of ", s_.limit, " ", s_.unit);
+        return msg("budget of ", s_.budget, " ", s_.unit, ", ", s_.limit, " after ", s_.budget - s_.limit, " ",
+                   s_.unit, " of bookkeeping");
+    }
+
     // Plans buffer `next_buffer_` into free storage. Called with the mutex
     // held; at most threads - 1 buffers are running, so one set is free.
     void plan_next()
@@ -206,8 +217,8 @@ private:
                 if (s_.oversize == oversize_policy::throw_error) {
                     const std::size_t k = begin + s->order[pb.first];
                     throw budget_error(msg("with_minibatch_by_padded_size: split ", k, " of length ", pb.max_len,
-                                           " costs ", cost_(1, pb.max_len), " alone, over the budget of ", s_.limit,
-                                           " ", s_.unit, " (oversize policy: throw)"));
+                                           " costs ", cost_(1, pb.max_len), " ", s_.unit, " alone, over the ",
+                                           oversize_limit(), " (oversize policy: throw)"));
                 }
                 ++*s_.oversize_count;
             }

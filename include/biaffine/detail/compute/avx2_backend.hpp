@@ -50,6 +50,11 @@ inline bool use_kernel_scores(Eigen::Index n, std::size_t labels)
 struct avx2_backend {
     using T = float;
     static constexpr const char* name = "avx2";
+    /// What runs each operation, for benches and logs.
+    static constexpr const char* operations =
+        "projections (bias + ReLU fused), U.W', dU, dW, input backward: AVX2/FMA 6x16 kernel; per-split scores: "
+        "row_dots (n <= BIAFFINE_ROW_DOTS_MAX_N), the kernel where its panels fill (use_kernel_scores), else Eigen "
+        "GEMM; per-split score backward: row_dots or Eigen GEMM";
     /// Rows of the weight-gradient products summed per kernel call.
     static constexpr std::size_t dw_chunk = BIAFFINE_AVX2_DW_CHUNK;
 

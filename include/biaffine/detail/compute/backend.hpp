@@ -2,15 +2,23 @@
 // scorer's compute backend per scalar type.
 //
 // A backend is a type with the static operations listed on eigen_backend.
-// double always runs on Eigen; float runs on the AVX2/FMA kernel where the
-// compiler targets AVX2 and FMA (unless BIAFFINE_NO_GEMM_KERNEL), else on
-// Eigen. Adding a backend: one header beside this one, and its line here.
+// double always runs on Eigen. float runs on the AVX2/FMA kernel where the
+// compiler targets AVX2 and FMA but not AVX-512 (the CPUs it was measured to
+// win on), unless BIAFFINE_NO_GEMM_KERNEL; on AVX-512 targets on Eigen,
+// whose AVX-512 GEMM is faster there (config.hpp has the figures;
+// BIAFFINE_AVX2_KERNEL_ON_AVX512 overrides). With BIAFFINE_USE_BLAS both
+// types run their batch-wide products on the linked CBLAS. Adding a backend:
+// one header beside this one, and its line here.
 #pragma once
 
 #include "biaffine/config.hpp"
 #include "biaffine/detail/compute/eigen_backend.hpp"
 
-#if defined(__AVX2__) && defined(__FMA__) && !defined(BIAFFINE_NO_GEMM_KERNEL)
+#if defined(BIAFFINE_USE_BLAS)
+#include "biaffine/detail/compute/blas_backend.hpp"
+#define BIAFFINE_GEMM_KERNEL 0
+#elif defined(__AVX2__) && defined(__FMA__) && !defined(BIAFFINE_NO_GEMM_KERNEL) && \
+    (!defined(__AVX512F__) || BIAFFINE_AVX2_KERNEL_ON_AVX512)
 #include "biaffine/detail/compute/avx2_backend.hpp"
 /// 1 when float runs on the AVX2/FMA kernel in this build.
 #define BIAFFINE_GEMM_KERNEL 1
@@ -21,10 +29,17 @@
 namespace biaffine {
 namespace detail {
 
+#if defined(BIAFFINE_USE_BLAS)
+template <class T>
+struct backend_choice {
+    using type = blas_backend<T>;
+};
+#else
 template <class T>
 struct backend_choice {
     using type = eigen_backend<T>;
 };
+#endif
 #if BIAFFINE_GEMM_KERNEL
 template <>
 struct backend_choice<float> {
@@ -33,7 +48,7 @@ struct backend_choice<float> {
 #endif
 
 /// The compute backend the scorer uses for T in this build (its `name` says
-/// which: "eigen" or "avx2").
+/// which: "eigen", "avx2" or "blas"; `operations` what runs each product).
 template <class T>
 using compute_backend = typename backend_choice<T>::type;
 

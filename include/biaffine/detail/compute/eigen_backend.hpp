@@ -121,6 +121,10 @@ void bilinear_right_backward(const_row_map<T> va, const T* t_rows, std::size_t l
 template <class T>
 struct eigen_backend {
     static constexpr const char* name = "eigen";
+    /// What runs each operation, for benches and logs.
+    static constexpr const char* operations =
+        "projections, U.W', every backward product: Eigen GEMM; per-split scores and their backward: row_dots "
+        "(n <= BIAFFINE_ROW_DOTS_MAX_N), else Eigen GEMM";
 
     static std::size_t packed_elements(const scorer_dims&, std::size_t) noexcept { return 0; }
     static std::size_t train_packed_elements(const scorer_dims&, std::size_t) noexcept { return 0; }
