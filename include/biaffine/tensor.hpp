@@ -6,6 +6,7 @@
 // documents is ever made to hand a split to a layer.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -171,6 +172,42 @@ auto read_only(const V& v)
 {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(v.data)>>;
     return seq_view<const T>{v.data, v.rows, v.cols, v.row_stride, v.col_stride};
+}
+
+/// dst `[v.rows, v.cols]` (dense rows) = v. Rows with unit column stride
+/// are copied as rows (one copy when the view is dense): Eigen's map with a
+/// run-time inner stride copies element by element.
+template <class T, class U>
+void copy_rows(const seq_view<U>& v, T* dst)
+{
+    const std::size_t rows = v.rows, cols = v.cols;
+    if (rows == 0 || cols == 0) return;
+    if (v.col_stride != 1) {
+        row_block(dst, rows, cols) = v.map();
+    } else if (v.row_stride == static_cast<std::ptrdiff_t>(cols)) {
+        std::copy_n(v.data, rows * cols, dst);
+    } else {
+        for (std::size_t r = 0; r < rows; ++r) {
+            std::copy_n(v.data + static_cast<std::ptrdiff_t>(r) * v.row_stride, cols, dst + r * cols);
+        }
+    }
+}
+
+/// v = src `[v.rows, v.cols]` (dense rows); the inverse of copy_rows.
+template <class T, class U>
+void copy_rows(const T* src, const seq_view<U>& v)
+{
+    const std::size_t rows = v.rows, cols = v.cols;
+    if (rows == 0 || cols == 0) return;
+    if (v.col_stride != 1) {
+        v.map() = const_row_block(src, rows, cols);
+    } else if (v.row_stride == static_cast<std::ptrdiff_t>(cols)) {
+        std::copy_n(src, rows * cols, v.data);
+    } else {
+        for (std::size_t r = 0; r < rows; ++r) {
+            std::copy_n(src + r * cols, cols, v.data + static_cast<std::ptrdiff_t>(r) * v.row_stride);
+        }
+    }
 }
 
 }  // namespace detail

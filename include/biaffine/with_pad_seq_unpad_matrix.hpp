@@ -134,15 +134,14 @@ public:
             for (std::size_t k = 0; k < count; ++k) {
                 const std::size_t n = static_cast<std::size_t>(lens[k]);
                 detail::check_score_grad("with_pad_seq_unpad_matrix backprop", k, dY[k], n, o);
+                detail::check_grad_slot("with_pad_seq_unpad_matrix backprop", k, dX[k], n, n_in);
                 if (n != 0) {
                     padded_scores(dy.data(), k, n, L, o).map() = dY[k].map();
                 }
             }
             const tensor<T, 3> dx = inner_bp(dy);
-            for (std::size_t k = 0; k < count; ++k) {
-                const std::size_t n = static_cast<std::size_t>(lens[k]);
-                if (n != 0) dX[k].map() = detail::const_row_block(dx.data() + k * L * n_in, n, n_in);
-            }
+            // dX[k] is [n_k, n_in] (checked above).
+            for (std::size_t k = 0; k < count; ++k) detail::copy_rows(dx.data() + k * L * n_in, dX[k]);
         });
         return {std::move(Y), std::move(bp)};
     }
@@ -176,7 +175,7 @@ private:
         for (std::size_t k = 0; k < X.size(); ++k) {
             const auto v = detail::read_only(X[k]);
             T* dst = xp + k * L * n_in;
-            if (v.rows != 0) detail::row_block(dst, v.rows, n_in) = v.map();
+            detail::copy_rows(v, dst);
             std::fill(dst + v.rows * n_in, dst + L * n_in, T(0));
             lens[k] = static_cast<std::int64_t>(v.rows);
         }

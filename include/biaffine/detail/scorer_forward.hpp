@@ -344,12 +344,7 @@ void biaffine_scorer<T>::backward(const saved_batch& sb, span<const score_view<c
     backend::relu_backward(dims(), v, hv(), N, scale, dv.data(), dbd_.data());
     backend::input_backward(dims(), weights(), grads(), sb.views, off, N, du.data(), dv.data(), xp.data(),
                             packed.data());
-    const auto dxp = detail::const_row_block(xp.data(), N, n_in);
-    for (std::size_t k = 0; k < count; ++k) {
-        const std::size_t n = sb.views[k].rows;
-        if (n == 0) continue;
-        dX[k].map() = dxp.middleRows(static_cast<Eigen::Index>(off[k]), static_cast<Eigen::Index>(n));
-    }
+    for (std::size_t k = 0; k < count; ++k) detail::copy_rows(xp.data() + off[k] * n_in, dX[k]);
 }
 
 }  // namespace biaffine

@@ -46,9 +46,7 @@ template <class Items, class T>
 void gather_rows(const Items& X, const std::size_t* off, std::size_t n_in, T* xp)
 {
     for (std::size_t k = 0; k < X.size(); ++k) {
-        const auto v = read_only(X[k]);
-        if (v.rows == 0) continue;
-        row_block(xp + off[k] * n_in, v.rows, n_in) = v.map();
+        copy_rows(read_only(X[k]), xp + off[k] * n_in);
     }
 }
 
