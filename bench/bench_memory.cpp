@@ -16,6 +16,11 @@
 //              everything else.
 //   streaming  the same composition's predict_stream: each split's scores
 //              go to a sink and the memory is reused; nothing is kept.
+//   heads      (not in the default list) the same composition's labels at
+//              given heads, predict_heads / forward_heads with one head per
+//              token (the previous token): `[n, o]` per split instead of
+//              `[n, n, o]`, batched by the scorer's heads_cost. Compare with
+//              `--modes batched,heads --labels 50`.
 // Every mode decodes heads (argmax over each score row) inside the timed
 // region, so the streaming sink's work is not a handicap and no mode's
 // output can be optimised away.
@@ -29,6 +34,7 @@
 // wall time, FLOPs and GFLOP/s.
 #include "counting_new.hpp"  // the one TU of this binary that replaces operator new
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -82,7 +88,8 @@ struct options : bb::common_flags {
 Usage: bench_memory [flags]
   --tokens LIST      document lengths (default 1k,10k,100k,1M; k/M suffixes ok)
   --labels LIST      label counts o (default 1,50)
-  --modes LIST       naive,batched,streaming (default all)
+  --modes LIST       naive,batched,streaming (default), heads (labels at given
+                     heads, [n, o] per split; compare with batched)
   --budget-mb X      byte budget of the batched/streaming layers in MiB (default 16)
   --threads N        passed to the library's thread option when it has one
                      (otherwise the run is single-threaded and says so)
@@ -107,8 +114,8 @@ options parse(int argc, char** argv)
 {
     options o = bb::parse_flags<options>(argc, argv, "bench_memory", usage);
     for (const auto& m : o.modes) {
-        if (m != "naive" && m != "batched" && m != "streaming") {
-            std::cerr << "bench_memory: unknown mode '" << m << "' (naive, batched, streaming)\n";
+        if (m != "naive" && m != "batched" && m != "streaming" && m != "heads") {
+            std::cerr << "bench_memory: unknown mode '" << m << "' (naive, batched, streaming, heads)\n";
             std::exit(2);
         }
     }
@@ -164,10 +171,24 @@ prediction predict(const std::string& m, std::size_t tokens, std::size_t labels,
             // Every batch keeps U, V, T and its softmax outputs until backward; dX is input-sized.
             p.run_bytes += outputs + N * (hu + hv + o * hv) * f + N * n_in * f;
         }
+    } else if (m == "heads") {
+        const double labels_out = N * o * f;
+        p.run_bytes = labels_out + static_cast<double>(budget);
+        if (train) p.run_bytes += labels_out + N * (hu + hv + o * hv) * f + N * n_in * f;
     } else {
         p.run_bytes = static_cast<double>(budget);
     }
     return p;
+}
+
+/// Forward (+ backward) FLOPs of labels at given heads: the projections and
+/// T = U W' as for full scores, then o * hv per token instead of n * o * hv.
+double heads_flops(const bb::dims& d, double tokens, bool train)
+{
+    const double n_in = static_cast<double>(d.n_in), h = static_cast<double>(d.hidden);
+    const double hu = static_cast<double>(d.hu()), hv = static_cast<double>(d.hv()), o = static_cast<double>(d.labels);
+    const double f = 2.0 * (2.0 * tokens * n_in * h) + 2.0 * tokens * hu * o * hv + 2.0 * tokens * o * hv;
+    return train ? 3.0 * f : f;
 }
 
 // ------------------------------------------------------------- one run
@@ -235,6 +256,14 @@ int run_one(const options& o)
     biaffine::batch_options bopts;
     const int threads = bb::apply_threads(bopts, o.threads);
     auto model = biaffine::with_splits(biaffine::with_minibatch_by_padded_size(scorer, biaffine::budget::bytes(budget), bopts));
+    // heads mode: one head per token (the previous token), split-relative.
+    std::vector<std::vector<int>> heads(1);
+    if (m == "heads") {
+        heads[0].reserve(tokens);
+        for (int n : w.splits) {
+            for (int t = 0; t < n; ++t) heads[0].push_back(static_cast<int>(bb::gold_head(static_cast<std::size_t>(t))));
+        }
+    }
 
     const std::uint64_t rss_before = bb::current_rss_bytes();
     measured r;
@@ -296,6 +325,33 @@ int run_one(const options& o)
                 r.checksum = static_cast<std::uint64_t>(std::abs(dX[0](0, 0)) * 1e6);
                 t1 = bb::now_seconds();
             }
+        } else if (m == "heads") {
+            // The best label per token: argmax over each [o] row.
+            auto best_labels = [&](const biaffine::score_list<float>& Y) {
+                for (const auto& y : Y) {
+                    const std::size_t n = y.shape()[0];
+                    for (std::size_t t = 0; t < n; ++t) {
+                        const float* row = y.data() + t * labels;
+                        r.checksum += static_cast<std::uint64_t>(std::max_element(row, row + labels) - row);
+                    }
+                }
+            };
+            if (!o.train) {
+                biaffine::score_list<float> Y = model.predict_heads(docs, lens, heads);
+                best_labels(Y);
+                t1 = bb::now_seconds();
+                r.outputs = biaffine::tracker().stats().output_bytes - out_start;
+            } else {
+                auto fw = model.forward_heads(docs, lens, heads, mode::train);
+                for (auto& y : fw.first) {
+                    for (std::size_t t = 0; t < y.shape()[0]; ++t) y.data()[t * labels] -= 1.0f;
+                }
+                r.outputs = biaffine::tracker().stats().output_bytes - out_start;
+                auto views = decltype(model)::head_grad_views(fw.first);
+                auto dX = fw.second(biaffine::span<const biaffine::seq_view<const float>>(views.data(), views.size()));
+                r.checksum = static_cast<std::uint64_t>(std::abs(dX[0](0, 0)) * 1e6);
+                t1 = bb::now_seconds();
+            }
         } else {
             model.predict_stream(docs, lens, [&](std::size_t, std::size_t, biaffine::score_view<const float> s) {
                 r.checksum += decode_heads(s);
@@ -315,7 +371,8 @@ int run_one(const options& o)
     r.oversize = model.inner().oversize_count();
     const std::uint64_t max_rss = bb::max_rss_bytes();
 
-    const double gflop = bb::true_flops(d, w.splits, o.train) / 1e9;
+    const double gflop = (m == "heads" ? heads_flops(d, static_cast<double>(tokens), o.train)
+                                       : bb::true_flops(d, w.splits, o.train)) / 1e9;
     const double gflop_padded = bb::padded_flops(d, n_splits, L, o.train) / 1e9;
     const prediction p = predict(m, tokens, labels, o.train, budget);
     bb::json_line j;
@@ -472,6 +529,24 @@ std::string tables(const options& o, const std::vector<row>& rows, int threads_e
            << ratio(b, st, "seconds") << " |\n";
     }
     if (any) s << rs.str();
+    // Full [n, n, o] scores (batched) against labels at given heads.
+    std::ostringstream hs;
+    bool any_heads = false;
+    hs << "\n| configuration | peak batched / heads | outputs batched / heads | time batched / heads |\n"
+          "|---|---:|---:|---:|\n";
+    seen.clear();
+    for (const row& r0 : rows) {
+        const auto key = std::make_pair(r0.tokens, r0.labels);
+        if (!seen.insert(key).second) continue;
+        const row* b = find(r0.tokens, r0.labels, "batched");
+        const row* h = find(r0.tokens, r0.labels, "heads");
+        if (b == nullptr || h == nullptr) continue;
+        any_heads = true;
+        auto ratio = [&](const char* k) -> std::string { return h->num(k) > 0 ? fmt("%.1fx", b->num(k) / h->num(k)) : "-"; };
+        hs << "| " << tokens_label(r0.tokens) << " tokens, o=" << r0.labels << " | " << ratio("peak_bytes") << " | "
+           << ratio("output_bytes") << " | " << ratio("seconds") << " |\n";
+    }
+    if (any_heads) s << hs.str();
     return s.str();
 }
 

@@ -13,6 +13,12 @@
 // labels_at_heads on label views), with parameters
 // and gradients untouched - never a crash, never another exception. Sizes are
 // tiny so that executions are fast.
+//
+// Labels at given heads (ops 4-6): random split-relative heads per token;
+// valid ones give each split's [n, o] equal to the full scores of that split
+// alone gathered at the heads, and backprop equal to each split's own
+// forward_heads; a missing list, a wrong length or an index outside the
+// split throws head_error (after any structural error of the documents).
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -35,12 +41,13 @@ namespace {
 // Outcome counts, printed at exit when FUZZ_STATS is set (to see that the
 // inputs reach the valid paths, not only the errors).
 struct outcome_counts {
-    unsigned long ok[4] = {0, 0, 0, 0}, budget = 0, length = 0, shape = 0, bad_gradient = 0;
+    unsigned long ok[7] = {0, 0, 0, 0, 0, 0, 0}, budget = 0, length = 0, shape = 0, bad_gradient = 0, heads = 0;
     ~outcome_counts()
     {
         if (std::getenv("FUZZ_STATS") == nullptr) return;
-        std::fprintf(stderr, "ok predict %lu, stream %lu, eval %lu, train %lu; budget_error %lu, length_error %lu, "
-                     "shape_error %lu, bad gradient %lu\n", ok[0], ok[1], ok[2], ok[3], budget, length, shape,
+        std::fprintf(stderr, "ok predict %lu, stream %lu, eval %lu, train %lu, heads predict %lu, stream %lu, "
+                     "forward %lu; budget_error %lu, length_error %lu, shape_error %lu, head_error %lu, bad gradient "
+                     "%lu\n", ok[0], ok[1], ok[2], ok[3], ok[4], ok[5], ok[6], budget, length, shape, heads,
                      bad_gradient);
     }
 } counts;
@@ -51,7 +58,11 @@ struct spec {
     int budget_kind = 0;      // 0 items, 1 bytes, 2 zero
     std::uint64_t budget_value = 1;
     batch_options opts;
-    int op = 0;               // 0 predict, 1 predict_stream, 2 forward eval, 3 forward train
+    int op = 0;               // 0 predict, 1 predict_stream, 2 forward eval, 3 forward train,
+                              // 4 predict_heads, 5 predict_heads_stream, 6 forward_heads (eval or train)
+    bool heads_train = false;
+    std::vector<std::vector<int>> heads;  // per document, split-relative
+    bool heads_ok = true;
     bool bad_gradient = false;
     std::vector<std::vector<int>> lengths;
     std::vector<std::size_t> rows, widths;
@@ -76,7 +87,8 @@ spec decode(fuzz::input& in)
     s.opts.buffer = in.flag() ? in.small(0, 8) : 256;
     s.opts.oversize = in.u8() % 4 == 0 ? oversize_policy::throw_error : oversize_policy::run_alone;
     s.opts.threads = in.u8() % 8 == 0 ? 2 + in.u8() % 2 : 1;
-    s.op = in.u8() % 4;
+    s.op = in.u8() % 7;
+    s.heads_train = in.flag();
     s.bad_gradient = in.u8() % 8 == 0;
     const std::size_t n_docs = in.small(0, 4);
     for (std::size_t d = 0; d < n_docs; ++d) {
@@ -93,6 +105,28 @@ spec decode(fuzz::input& in)
         s.rows.push_back(shape % 16 == 2 ? in.small(0, 12) : static_cast<std::size_t>(sum < 0 ? 0 : sum));
         if (s.widths.back() != s.cfg.n_in || static_cast<long>(s.rows.back()) != sum) s.structural_ok = false;
         s.lengths.push_back(std::move(ls));
+    }
+    // Heads: mostly valid, now and then outside the split, a list of the
+    // wrong length or a missing list.
+    for (std::size_t d = 0; d < s.lengths.size(); ++d) {
+        std::vector<int> h;
+        for (int l : s.lengths[d]) {
+            for (int m = 0; m < l; ++m) {
+                const std::uint8_t b = in.u8();
+                h.push_back(b < 248 ? b % l : (b % 2 ? l + b % 3 : -1 - b % 2));
+                if (b >= 248) s.heads_ok = false;
+            }
+        }
+        const std::uint8_t extra = in.u8();
+        if (extra % 32 == 5) {
+            h.push_back(0);
+            s.heads_ok = false;
+        }
+        s.heads.push_back(std::move(h));
+    }
+    if (in.u8() % 32 == 7 && !s.heads.empty()) {
+        s.heads.pop_back();
+        s.heads_ok = false;
     }
     const std::uint8_t lists = in.u8();
     if (lists % 16 == 3) {
@@ -204,6 +238,111 @@ void check_view_decoders(const score_view<const T>& v)
     }
 }
 
+// Gradients of the outputs' shapes from the remaining bytes (finite values).
+template <class T, class Y>
+std::vector<xt::xarray<T>> gradients_for(fuzz::input& in, const Y& outputs)
+{
+    std::vector<xt::xarray<T>> dY;
+    for (const auto& y : outputs) {
+        xt::xarray<T> g = xt::xarray<T>::from_shape(y.shape());
+        for (auto& x : g) x = static_cast<T>(static_cast<std::int8_t>(in.u8())) / T(32);
+        dY.push_back(std::move(g));
+    }
+    return dY;
+}
+
+// Labels at given heads: ops 4 (predict_heads), 5 (stream), 6 (forward_heads
+// and backprop), checked against each split alone.
+template <class T, class Docs, class Pipe>
+void run_heads(fuzz::input& in, const spec& s, biaffine_scorer<T>& scorer, const Docs& docs, Pipe& pipe,
+               const std::vector<seq_view<const T>>& views, const std::vector<std::size_t>& doc_of)
+{
+    const std::size_t o = s.cfg.labels;
+    // Split k's heads (valid input only).
+    std::vector<std::vector<int>> split_heads;
+    for (std::size_t d = 0, k = 0; s.structural_ok && s.heads_ok && d < docs.size(); ++d) {
+        std::size_t row = 0;
+        for (int l : s.lengths[d]) {
+            split_heads.emplace_back(s.heads[d].begin() + static_cast<std::ptrdiff_t>(row),
+                                     s.heads[d].begin() + static_cast<std::ptrdiff_t>(row + static_cast<std::size_t>(l)));
+            row += static_cast<std::size_t>(l);
+            ++k;
+        }
+    }
+    // The full scores of split k alone, gathered at its heads (eval).
+    auto gathered = [&](std::size_t k) {
+        std::vector<seq_view<const T>> one{views[k]};
+        const score_list<T> Y = scorer.predict(one);
+        const score_view<const T> v = as_score_view(Y[0]);
+        std::vector<T> out;
+        for (std::size_t m = 0; m < v.n; ++m)
+            for (std::size_t c = 0; c < o; ++c) out.push_back(v(m, static_cast<std::size_t>(split_heads[k][m]), c));
+        return out;
+    };
+    if (s.op == 4 || s.op == 5) {
+        std::vector<std::vector<T>> got;
+        std::vector<int> seen;
+        if (s.op == 4) {
+            const score_list<T> Y = pipe.predict_heads(docs, s.lengths, s.heads);
+            for (const auto& y : Y) {
+                FUZZ_CHECK(y.dimension() == 2 && y.shape()[1] == o);
+                got.emplace_back(y.begin(), y.end());
+                seen.push_back(1);
+            }
+        } else {
+            pipe.predict_heads_stream(docs, s.lengths, s.heads, [&](std::size_t k, std::size_t d, seq_view<const T> y) {
+                if (k >= seen.size()) {
+                    seen.resize(k + 1, 0);
+                    got.resize(k + 1);
+                }
+                ++seen[k];
+                FUZZ_CHECK(k < doc_of.size() && d == doc_of[k] && y.cols == o);
+                got[k].clear();
+                for (std::size_t m = 0; m < y.rows; ++m)
+                    for (std::size_t c = 0; c < y.cols; ++c) got[k].push_back(y(m, c));
+            });
+        }
+        FUZZ_CHECK(s.structural_ok && s.heads_ok);
+        seen.resize(views.size(), 0);
+        got.resize(views.size());
+        for (std::size_t k = 0; k < views.size(); ++k) {
+            FUZZ_CHECK(seen[k] == 1);
+            FUZZ_CHECK(all_close(got[k], gathered(k)));
+        }
+        ++counts.ok[s.op];
+        return;
+    }
+    const mode m = s.heads_train ? mode::train : mode::eval;
+    auto [Y, bp] = pipe.forward_heads(docs, s.lengths, s.heads, m);
+    FUZZ_CHECK(s.structural_ok && s.heads_ok);
+    FUZZ_CHECK(Y.size() == views.size());
+    std::vector<xt::xarray<T>> dY = gradients_for<T>(in, Y);
+    scorer.zero_grad();
+    const auto dX = bp(Pipe::head_grad_views(dY));
+    const std::vector<T> g_pipe = grads_of(scorer);
+    // Reference: each split on its own (same masks: dropout is 0 here).
+    scorer.zero_grad();
+    std::vector<std::vector<T>> dx_ref(docs.size());
+    for (std::size_t d = 0; d < docs.size(); ++d) dx_ref[d].assign(s.rows[d] * s.cfg.n_in, T(0));
+    std::vector<std::size_t> first_row(docs.size(), 0);
+    for (std::size_t k = 0; k < views.size(); ++k) {
+        const std::size_t d = doc_of[k], n = views[k].rows;
+        std::vector<seq_view<const T>> one{views[k]};
+        const std::vector<std::vector<int>> hk{split_heads[k]};
+        auto fw = scorer.forward_heads(one, hk, m);
+        FUZZ_CHECK(all_close(Y[k], fw.first[0]));
+        if (m == mode::eval) FUZZ_CHECK(all_close(Y[k], gathered(k)));
+        const std::vector<seq_view<const T>> gy{as_const_view(dY[k])};
+        const std::vector<seq_view<T>> gx{{dx_ref[d].data() + first_row[d] * s.cfg.n_in, n, s.cfg.n_in,
+                                           static_cast<std::ptrdiff_t>(s.cfg.n_in), 1}};
+        fw.second(gy, gx);
+        first_row[d] += n;
+    }
+    for (std::size_t d = 0; d < docs.size(); ++d) FUZZ_CHECK(all_close(dX[d], dx_ref[d]));
+    FUZZ_CHECK(all_close(g_pipe, grads_of(scorer)));
+    ++counts.ok[6];
+}
+
 template <class T, class Docs, class Pipe>
 void run(fuzz::input& in, const spec& s, biaffine_scorer<T>& scorer, const Docs& docs, Pipe& pipe)
 {
@@ -270,6 +409,10 @@ void run(fuzz::input& in, const spec& s, biaffine_scorer<T>& scorer, const Docs&
         return;
     }
 
+    if (s.op >= 4) {
+        run_heads<T>(in, s, scorer, docs, pipe, views, doc_of);
+        return;
+    }
     const mode m = s.op == 2 ? mode::eval : mode::train;
     // Logits in training, without dropout: the eval scores themselves.
     const bool train_is_eval = m == mode::train && s.cfg.train_outputs == train_output::logits && s.cfg.dropout == 0;
@@ -283,12 +426,7 @@ void run(fuzz::input& in, const spec& s, biaffine_scorer<T>& scorer, const Docs&
         if (train_is_eval) FUZZ_CHECK(all_close(Y[k], alone(k, mode::eval)));
     }
     // Score gradients from the remaining bytes (finite values).
-    std::vector<xt::xarray<T>> dY;
-    for (const auto& y : Y) {
-        xt::xarray<T> g = xt::xarray<T>::from_shape(y.shape());
-        for (auto& x : g) x = static_cast<T>(static_cast<std::int8_t>(in.u8())) / T(32);
-        dY.push_back(std::move(g));
-    }
+    std::vector<xt::xarray<T>> dY = gradients_for<T>(in, Y);
     if (s.bad_gradient && !dY.empty()) {
         const std::size_t k = in.u8() % dY.size();
         const std::size_t n = dY[k].shape()[0] + 1;
@@ -376,6 +514,9 @@ void fuzz_one(fuzz::input& in, const spec& s)
     } catch (const shape_error&) {
         FUZZ_CHECK(budget_ok && !s.structural_ok);
         ++counts.shape;
+    } catch (const head_error&) {
+        FUZZ_CHECK(budget_ok && s.structural_ok && !s.heads_ok && s.op >= 4);
+        ++counts.heads;
     }
 }
 

@@ -44,6 +44,9 @@ else
   echo "== bench_memory (default table) =="
   "$BUILD/bench/bench_memory" --json --csv "$OUT/memory.csv" --svg "$OUT/memory.svg" \
       --md "$OUT/memory.md" > "$OUT/memory.jsonl"
+  echo "== bench_memory (full [n, n, o] scores vs labels at given heads) =="
+  "$BUILD/bench/bench_memory" --modes batched,heads --labels 50 --tokens 10k,100k,1M --json \
+      --md "$OUT/memory_heads.md" > "$OUT/memory_heads.jsonl"
 fi
 mem_done=$(date +%s)
 mem_note="${mem_note:-$((mem_done - built)) s}"
@@ -88,6 +91,18 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
   echo
   echo "Raw data: \`bench/results/memory.jsonl\`, \`bench/results/memory.csv\`."
   echo
+  if [ -s "$OUT/memory_heads.md" ]; then
+    echo "### Memory: full [n, n, o] scores vs labels at given heads"
+    echo
+    echo "\`bench_memory --modes batched,heads --labels 50 --tokens 10k,100k,1M\`: the same pipeline"
+    echo "and budget, \`predict\` (one \`[n, n, o]\` tensor per split) against \`predict_heads\` (one"
+    echo "head per token, \`[n, o]\` per split; the batcher prices batches by \`heads_cost\`)."
+    echo
+    cat "$OUT/memory_heads.md"
+    echo
+    echo "Raw data: \`bench/results/memory_heads.jsonl\`."
+    echo
+  fi
   # The speed report has its own "## " / "### " headings: demote them one level.
   sed 's/^\(#\+\) /#\1 /' "$OUT/vs_reference.md"
   echo

@@ -23,7 +23,7 @@
 
 namespace golden {
 
-enum class kind { bilinear, model, pipeline };
+enum class kind { bilinear, model, pipeline, heads };
 
 struct case_dir {
     kind k;
@@ -41,7 +41,7 @@ inline std::string dir(bool* is_default = nullptr)
 }
 
 /// Every case folder, sorted by name. Throws on a missing directory and on a
-/// folder whose prefix is none of bilinear_ / model_ / pipeline.
+/// folder whose prefix is none of bilinear_ / model_ / pipeline / heads_.
 inline std::vector<case_dir> cases()
 {
     namespace fs = std::filesystem;
@@ -59,6 +59,8 @@ inline std::vector<case_dir> cases()
             k = kind::model;
         } else if (starts("pipeline")) {
             k = kind::pipeline;
+        } else if (starts("heads_")) {
+            k = kind::heads;
         } else {
             throw std::runtime_error("golden dir " + root + ": unknown case folder '" + name + "'");
         }

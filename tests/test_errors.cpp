@@ -91,6 +91,7 @@ std::string type_name(const std::exception& e)
     if (dynamic_cast<const shape_error*>(&e)) return "biaffine::shape_error";
     if (dynamic_cast<const length_error*>(&e)) return "biaffine::length_error";
     if (dynamic_cast<const backprop_error*>(&e)) return "biaffine::backprop_error";
+    if (dynamic_cast<const head_error*>(&e)) return "biaffine::head_error";
     if (dynamic_cast<const error*>(&e)) return "biaffine::error";
     if (dynamic_cast<const std::bad_alloc*>(&e)) return "std::bad_alloc";
     return "std::exception";
@@ -153,6 +154,46 @@ std::map<std::string, std::function<void()>> scenarios()
         const doc_t d = doc(2, 2);
         std::vector<seq_view<const double>> items{as_const_view(d)};
         sc.predict(items);
+    };
+    // ---- labels at given heads
+    s["heads-missing"] = [] {
+        biaffine_scorer<double> sc(small_config());
+        std::vector<doc_t> docs{doc(2), doc(3)};
+        std::vector<std::vector<int>> lengths{{2}, {3}};
+        with_splits(sc).predict_heads(docs, lengths, std::vector<std::vector<int>>{{0, 0}});
+    };
+    s["heads-length"] = [] {
+        biaffine_scorer<double> sc(small_config());
+        std::vector<doc_t> docs{doc(3)};
+        std::vector<std::vector<int>> lengths{{1, 2}};
+        with_splits(sc).predict_heads(docs, lengths, std::vector<std::vector<int>>{{0, 1}});
+    };
+    s["heads-range"] = [] {
+        biaffine_scorer<double> sc(small_config());
+        std::vector<doc_t> docs{doc(2), doc(4)};
+        std::vector<std::vector<int>> lengths{{2}, {2, 2}};
+        with_splits(sc).predict_heads(docs, lengths, std::vector<std::vector<int>>{{1, 0}, {0, 0, 2, 1}});
+    };
+    s["heads-negative"] = [] {
+        biaffine_scorer<double> sc(small_config());
+        const doc_t d = doc(2);
+        std::vector<seq_view<const double>> items{as_const_view(d)};
+        sc.predict_heads(items, std::vector<std::vector<int>>{{0, -1}});
+    };
+    s["heads-padded-shape"] = [] {
+        biaffine_scorer<double> sc(small_config());
+        const xt::xtensor<double, 3> x = xt::ones<double>({2, 4, 3});
+        const xt::xtensor<int, 2> h = xt::zeros<int>({2, 3});
+        sc.predict_heads_padded(x, std::vector<int>{4, 2}, h);
+    };
+    s["heads-grad-shape"] = [] {
+        biaffine_scorer<double> sc(small_config());
+        std::vector<doc_t> docs{doc(2)};
+        std::vector<std::vector<int>> lengths{{2}};
+        auto layer = with_splits(sc);
+        auto [Y, bp] = layer.forward_heads(docs, lengths, std::vector<std::vector<int>>{{1, 1}});
+        std::vector<xt::xtensor<double, 2>> g{xt::zeros<double>({3, 1})};
+        bp(decltype(layer)::head_grad_views(g));
     };
     // ---- gradients
     s["grad-count"] = [] {

@@ -10,7 +10,10 @@
 #include <cmath>
 #include <cstddef>
 #include <random>
+#include <string>
 #include <vector>
+
+#include <xtensor/xarray.hpp>
 
 #include "biaffine/biaffine.hpp"
 
@@ -269,4 +272,57 @@ TEST_CASE("training on logits keeps no copy of the outputs: cost and tracker agr
     REQUIRE(b.scratch < a.scratch);           // no dS, no recomputed scores
     // Eval is the same either way.
     REQUIRE(probs.cost(3, 10, mode::eval).total() == logits.cost(3, 10, mode::eval).total());
+}
+
+TEST_CASE("cross_entropy_labels: loss by direct log-sum-exp, gradient by central differences, bad labels named",
+          "[loss][heads]")
+{
+    std::mt19937_64 rng(11);
+    std::uniform_real_distribution<double> u(-3.0, 3.0);
+    std::vector<xt::xarray<double>> Y;
+    std::vector<std::vector<int>> gold;
+    for (std::size_t n : {std::size_t(3), std::size_t(0), std::size_t(5)}) {
+        xt::xarray<double> y = xt::zeros<double>({n, std::size_t(4)});
+        for (auto& v : y) v = u(rng);
+        std::vector<int> g;
+        for (std::size_t m = 0; m < n; ++m) g.push_back(static_cast<int>(rng() % 4));
+        Y.push_back(std::move(y));
+        gold.push_back(std::move(g));
+    }
+    const double scale = 0.5;
+    auto direct = [&](const std::vector<xt::xarray<double>>& ys) {
+        double l = 0;
+        for (std::size_t k = 0; k < ys.size(); ++k)
+            for (std::size_t m = 0; m < ys[k].shape()[0]; ++m) {
+                double z = 0;
+                for (std::size_t c = 0; c < 4; ++c) z += std::exp(ys[k](m, c));
+                l += std::log(z) - ys[k](m, static_cast<std::size_t>(gold[k][m]));
+            }
+        return scale * l;
+    };
+    const auto [loss, grads] = cross_entropy_labels<double>(Y, gold, scale);
+    CHECK(std::abs(loss - direct(Y)) <= 1e-12 * std::max(1.0, std::abs(loss)));
+    REQUIRE(grads.size() == 3);
+    for (std::size_t k = 0; k < Y.size(); ++k) {
+        REQUIRE(grads[k].shape()[0] == Y[k].shape()[0]);
+        for (std::size_t i = 0; i < Y[k].size(); ++i) {
+            auto yp = Y, ym = Y;
+            yp[k].data()[i] += 1e-6;
+            ym[k].data()[i] -= 1e-6;
+            const double fd = (direct(yp) - direct(ym)) / 2e-6;
+            CHECK(std::abs(fd - grads[k].data()[i]) <= 1e-7);
+        }
+    }
+    // A confident float mistake still has a finite gradient of at most scale.
+    std::vector<xt::xarray<float>> big{xt::xarray<float>({{1e4f, -1e4f}})};
+    const auto [bl, bg] = cross_entropy_labels<float>(big, std::vector<std::vector<int>>{{1}});
+    CHECK(std::isfinite(bl));
+    CHECK(bg[0](0, 1) == -1.0f);
+    try {
+        cross_entropy_labels<double>(Y, std::vector<std::vector<int>>{{0, 1, 2}, {}, {0, 1, 4, 0, 0}});
+        FAIL("no throw");
+    } catch (const length_error& e) {
+        CHECK(std::string(e.what()) == "cross_entropy_labels: split 2, token 2 has gold label 4, expected 0..3");
+    }
+    CHECK_THROWS_AS(cross_entropy_labels<double>(Y, std::vector<std::vector<int>>{{0}}), shape_error);
 }

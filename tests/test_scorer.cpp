@@ -295,14 +295,15 @@ TEST_CASE("golden dir: every folder has a known kind, each kind is present", "[s
     bool is_default = false;
     const std::string root = golden::dir(&is_default);
     const auto cs = golden::cases();  // throws on an unknown prefix
-    std::size_t n[3] = {0, 0, 0};
+    std::size_t n[4] = {0, 0, 0, 0};
     for (const auto& c : cs) ++n[static_cast<int>(c.k)];
     std::cout << "golden dir " << root << ": " << n[0] << " bilinear, " << n[1] << " model, " << n[2]
-              << " pipeline cases\n";
+              << " pipeline, " << n[3] << " heads cases\n";
     if (is_default) {
         CHECK(n[0] >= 1);
         CHECK(n[1] >= 1);
         CHECK(n[2] >= 1);
+        CHECK(n[3] >= 1);
     } else {
         CHECK(!cs.empty());
     }

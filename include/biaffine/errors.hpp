@@ -45,6 +45,13 @@ public:
     using budget_error::budget_error;
 };
 
+/// A list of heads (labels at given heads) is missing, of the wrong length,
+/// or holds an index outside its split's `0..n-1`.
+class head_error : public error {
+public:
+    using error::error;
+};
+
 /// A backprop callback was called twice, or after being moved from.
 class backprop_error : public error {
 public:

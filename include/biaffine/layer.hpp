@@ -44,6 +44,11 @@ struct batch_cost {
 template <class T>
 using split_backprop = backprop_fn<void(span<const score_view<const T>>, span<const seq_view<T>>)>;
 
+/// Backprop of a split-list layer's labels at given heads: per-split `[n, o]`
+/// gradients in, per-split input gradients written out (`[n, n_in]` views).
+template <class T>
+using split_heads_backprop = backprop_fn<void(span<const seq_view<const T>>, span<const seq_view<T>>)>;
+
 namespace detail {
 
 // Detection of one member each, so that a missing one is named in the
@@ -196,6 +201,136 @@ constexpr bool check_padded_layer()
 }
 
 namespace detail {
+
+// Members of the labels-at-given-heads protocol, probed with the batcher's
+// own heads list (one range of indices per split).
+template <class L>
+using probe_heads = span<const span<const std::size_t>>;
+template <class T>
+struct probe_heads_sink {
+    void operator()(std::size_t, seq_view<const T>) const {}
+};
+
+template <class L, class = void>
+struct has_heads_cost : std::false_type {};
+template <class L>
+struct has_heads_cost<L, std::enable_if_t<std::is_same<decltype(std::declval<const L&>().heads_cost(
+                                                           std::size_t{}, std::size_t{}, mode::eval)),
+                                                       batch_cost>::value>> : std::true_type {};
+template <class L, class = void>
+struct has_predict_heads : std::false_type {};
+template <class L>
+struct has_predict_heads<L, std::void_t<decltype(std::declval<const L&>().predict_heads(
+                                std::declval<const probe_items<L>&>(), std::declval<const probe_heads<L>&>()))>>
+    : std::true_type {};
+template <class L, class = void>
+struct has_predict_heads_stream : std::false_type {};
+template <class L>
+struct has_predict_heads_stream<
+    L, std::void_t<decltype(std::declval<const L&>().predict_heads_stream(
+           std::declval<const probe_items<L>&>(), std::declval<const probe_heads<L>&>(),
+           probe_heads_sink<typename L::value_type>{}))>> : std::true_type {};
+template <class L, class = void>
+struct has_forward_heads : std::false_type {};
+template <class L>
+struct has_forward_heads<L, std::void_t<typename L::heads_backprop_type,
+                                        decltype(std::declval<L&>().forward_heads(
+                                            std::declval<const probe_items<L>&>(),
+                                            std::declval<const probe_heads<L>&>(), mode::train))>>
+    : std::true_type {};
+
+template <class L, class = void>
+struct has_padded_heads : std::false_type {};
+template <class L>
+struct has_padded_heads<
+    L, std::void_t<decltype(std::declval<const L&>().padded_heads_cost(std::size_t{}, std::size_t{}, mode::eval)),
+                   decltype(std::declval<const L&>().predict_heads_padded(
+                       std::declval<const probe_padded<typename L::value_type>&>(),
+                       std::declval<const tracked_vector<std::int64_t>&>(),
+                       std::declval<const xt::xtensor<std::int64_t, 2>&>())),
+                   decltype(std::declval<L&>().forward_heads_padded(
+                       std::declval<const probe_padded<typename L::value_type>&>(),
+                       std::declval<const tracked_vector<std::int64_t>&>(),
+                       std::declval<const xt::xtensor<std::int64_t, 2>&>(), mode::train))>> : std::true_type {};
+
+}  // namespace detail
+
+/// Compile-time check of the labels-at-given-heads members of a split-list
+/// layer (checked where a combinator's heads entry points are used, so a
+/// layer without them still wraps for full scores): `heads_cost(count,
+/// max_len, mode)`, `predict_heads(items, heads)`, `predict_heads_stream(items,
+/// heads, sink)`, `forward_heads(items, heads, mode)` with its
+/// `heads_backprop_type`. `heads[k]` is split k's `[n]` head indices.
+template <class Layer>
+constexpr bool check_heads_layer()
+{
+    using L = std::remove_cv_t<std::remove_reference_t<Layer>>;
+    static_assert(detail::has_heads_cost<L>::value,
+                  "biaffine heads protocol: the inner layer has no heads_cost(count, max_len, mode) const -> batch_cost");
+    static_assert(detail::has_predict_heads<L>::value,
+                  "biaffine heads protocol: the inner layer has no predict_heads(split list, heads) const");
+    static_assert(detail::has_predict_heads_stream<L>::value,
+                  "biaffine heads protocol: the inner layer has no predict_heads_stream(split list, heads, sink) const");
+    static_assert(detail::has_forward_heads<L>::value, "biaffine heads protocol: the inner layer has no "
+                                                       "forward_heads(split list, heads, mode) with a heads_backprop_type");
+    return true;
+}
+
+/// Compile-time check of a padded layer's labels at given heads (what
+/// with_pad_seq_unpad_matrix's heads entry points need):
+/// `padded_heads_cost(count, max_len, mode)`, `predict_heads_padded(x, lengths,
+/// heads [b, L])`, `forward_heads_padded(x, lengths, heads, mode)`.
+template <class Layer>
+constexpr bool check_padded_heads_layer()
+{
+    using L = std::remove_cv_t<std::remove_reference_t<Layer>>;
+    static_assert(detail::has_padded_heads<L>::value,
+                  "biaffine padded heads protocol: the inner layer has no padded_heads_cost, predict_heads_padded(x, "
+                  "lengths, heads) or forward_heads_padded(x, lengths, heads, mode)");
+    return true;
+}
+
+namespace detail {
+
+/// Checks the heads of `count` splits against their lengths: one list per
+/// split, `rows_of(k)` entries, each in `0..rows_of(k) - 1`. `where(k)`
+/// names split k in the message ("split 3", "document 1, split 0").
+template <class Heads, class RowsOf, class Where>
+void check_heads(const char* who, std::size_t count, const Heads& H, RowsOf&& rows_of, Where&& where)
+{
+    if (static_cast<std::size_t>(H.size()) != count) {
+        throw head_error(msg(who, ": ", H.size(), " head lists for ", count, " splits"));
+    }
+    for (std::size_t k = 0; k < count; ++k) {
+        const auto& hk = H[k];
+        const std::size_t n = rows_of(k);
+        if (static_cast<std::size_t>(hk.size()) != n) {
+            throw head_error(msg(who, ": ", where(k), ": ", hk.size(), " heads for ", n, " tokens"));
+        }
+        for (std::size_t m = 0; m < n; ++m) {
+            const auto h = hk[m];
+            bool bad = false;
+            if constexpr (std::is_signed<std::decay_t<decltype(h)>>::value) bad = h < 0;
+            if (bad || static_cast<std::uint64_t>(h) >= n) {
+                throw head_error(msg(who, ": ", where(k), ", token ", m, ": head ", +h, " outside 0..",
+                                     static_cast<std::int64_t>(n) - 1));
+            }
+        }
+    }
+}
+
+/// Checks split k's `[n, o]` gradient of labels at given heads.
+template <class T>
+void check_head_grad(const char* who, std::size_t k, const seq_view<const T>& g, std::size_t n, std::size_t o)
+{
+    if (g.rows != n || g.cols != o) {
+        throw shape_error(msg(who, ": split ", k, ": expected a gradient of [", n, ", ", o, "], got [", g.rows, ", ",
+                              g.cols, "]"));
+    }
+    if (n != 0 && g.data == nullptr) {
+        throw shape_error(msg(who, ": split ", k, ": the gradient view of [", n, ", ", o, "] has no data"));
+    }
+}
 
 /// Checks split k's score gradient against its split, `[n, n, o]`; `who`
 /// names the caller in the message, `doc` the split's document when known.

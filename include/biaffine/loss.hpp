@@ -23,6 +23,29 @@
 
 namespace biaffine {
 
+namespace detail {
+
+// One row of logits `s [len]`: returns logsumexp(s) - s[gold] and writes
+// d = scale * (softmax(s) - onehot(gold)), from the row maximum.
+template <class T>
+double cross_entropy_row(const T* s_data, T* d_data, std::size_t len, std::size_t gold, double scale)
+{
+    using array = Eigen::Array<T, Eigen::Dynamic, 1>;
+    const Eigen::Map<const array> s(s_data, static_cast<Eigen::Index>(len));
+    Eigen::Map<array> d(d_data, static_cast<Eigen::Index>(len));
+    const T mx = s.maxCoeff();
+    d = (s - mx).exp();
+    const T sum = d.sum();
+    // Past the maximum every term is <= 1 and one is 1: sum is in [1, len].
+    const double loss = std::log(static_cast<double>(sum)) + static_cast<double>(mx) -
+                        static_cast<double>(s[static_cast<Eigen::Index>(gold)]);
+    d *= static_cast<T>(scale) / sum;
+    d[static_cast<Eigen::Index>(gold)] -= static_cast<T>(scale);
+    return loss;
+}
+
+}  // namespace detail
+
 /// Cross-entropy of the gold heads over one split's arc logits `[n, n]`
 /// (rows dependents, columns heads; `logits.labels` must be 1): returns
 /// `scale * sum_m (logsumexp(S[m, :]) - S[m, gold[m]])` and writes
@@ -50,8 +73,6 @@ double cross_entropy_heads(score_view<const T> logits, const Gold& gold, score_v
         throw shape_error(detail::msg("cross_entropy_heads: row stride ",
                                       std::min(logits.row_stride, grad.row_stride), " is shorter than a row of ", n));
     }
-    using array = Eigen::Array<T, Eigen::Dynamic, 1>;
-    const auto len = static_cast<Eigen::Index>(n);
     double loss = 0.0;
     std::size_t m = 0;
     for (const auto& head : gold) {
@@ -61,16 +82,9 @@ double cross_entropy_heads(score_view<const T> logits, const Gold& gold, score_v
             throw length_error(detail::msg("cross_entropy_heads: token ", m, " has gold head ", head,
                                            ", expected 0..", n == 0 ? 0 : n - 1));
         }
-        const auto g = static_cast<std::size_t>(head);
-        const Eigen::Map<const array> s(logits.data + static_cast<std::ptrdiff_t>(m) * logits.row_stride, len);
-        Eigen::Map<array> d(grad.data + static_cast<std::ptrdiff_t>(m) * grad.row_stride, len);
-        const T mx = s.maxCoeff();
-        d = (s - mx).exp();
-        const T sum = d.sum();
-        // Past the maximum every term is <= 1 and one is 1: sum is in [1, n].
-        loss += std::log(static_cast<double>(sum)) + static_cast<double>(mx) - static_cast<double>(s[static_cast<Eigen::Index>(g)]);
-        d *= static_cast<T>(scale) / sum;
-        d[static_cast<Eigen::Index>(g)] -= static_cast<T>(scale);
+        loss += detail::cross_entropy_row(logits.data + static_cast<std::ptrdiff_t>(m) * logits.row_stride,
+                                          grad.data + static_cast<std::ptrdiff_t>(m) * grad.row_stride, n,
+                                          static_cast<std::size_t>(head), scale);
         ++m;
     }
     return scale * loss;
@@ -102,6 +116,56 @@ std::pair<double, score_list<T>> cross_entropy_heads(const Scores& Y, const Head
             throw length_error(detail::msg("split ", k, ": ", e.what()));
         } catch (const shape_error& e) {
             throw shape_error(detail::msg("split ", k, ": ", e.what()));
+        }
+        out.second.push_back(std::move(d));
+        ++g;
+        ++k;
+    }
+    return out;
+}
+
+/// Cross-entropy of gold labels at given heads (the label loss of a
+/// labelled parser, on forward_heads' `train_output::logits`): `Y` a range of
+/// `[n, o]` label logits, one per split; `gold_labels` a range of per-split
+/// ranges of label indices `0..o-1`. Returns `scale * sum (logsumexp(Y[m, :])
+/// - Y[m, gold[m]])` and one gradient `[n, o]` per split, `scale *
+/// (softmax(Y[m, :]) - onehot(gold[m]))` (what the heads backprop takes;
+/// finite wherever the logits are). Errors name split and token.
+template <class T, class Labels, class Gold>
+std::pair<double, score_list<T>> cross_entropy_labels(const Labels& Y, const Gold& gold_labels, double scale = 1.0)
+{
+    const auto n_splits = static_cast<std::size_t>(std::distance(std::begin(Y), std::end(Y)));
+    const auto n_gold = static_cast<std::size_t>(std::distance(std::begin(gold_labels), std::end(gold_labels)));
+    if (n_splits != n_gold) {
+        throw shape_error(detail::msg("cross_entropy_labels: ", n_gold, " gold label lists for ", n_splits, " splits"));
+    }
+    std::pair<double, score_list<T>> out{0.0, score_list<T>()};
+    out.second.reserve(n_splits);
+    auto g = std::begin(gold_labels);
+    std::size_t k = 0;
+    for (const auto& y : Y) {
+        if (y.dimension() != 2) {
+            throw shape_error(detail::msg("cross_entropy_labels: split ", k, ": expected labels [n, o], got ",
+                                          y.dimension(), " dimensions"));
+        }
+        const std::size_t n = y.shape()[0], o = y.shape()[1];
+        const auto n_labels = static_cast<std::size_t>(std::distance(std::begin(*g), std::end(*g)));
+        if (n_labels != n) {
+            throw shape_error(detail::msg("cross_entropy_labels: split ", k, ": ", n_labels, " gold labels for ", n,
+                                          " tokens"));
+        }
+        score_tensor<T> d = score_tensor<T>::from_shape({n, o});
+        std::size_t m = 0;
+        for (const auto& label : *g) {
+            bool negative = false;
+            if constexpr (std::is_signed<std::decay_t<decltype(label)>>::value) negative = label < 0;
+            if (negative || static_cast<std::size_t>(label) >= o) {
+                throw length_error(detail::msg("cross_entropy_labels: split ", k, ", token ", m, " has gold label ",
+                                               label, ", expected 0..", o == 0 ? 0 : o - 1));
+            }
+            out.first += scale * detail::cross_entropy_row(y.data() + m * o, d.data() + m * o, o,
+                                                           static_cast<std::size_t>(label), scale);
+            ++m;
         }
         out.second.push_back(std::move(d));
         ++g;

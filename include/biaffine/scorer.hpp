@@ -43,6 +43,7 @@
 #include "biaffine/errors.hpp"
 #include "biaffine/layer.hpp"
 #include "biaffine/tensor.hpp"
+#include "biaffine/workspace.hpp"
 
 namespace biaffine {
 
@@ -96,6 +97,13 @@ inline std::string shape_str(const std::vector<std::size_t>& s)
     return r + "]";
 }
 
+// Elements of a packed `[rows, cols...]` buffer of T, checked (in bytes too).
+template <class T, class... Ts>
+std::size_t packed_count(const char* what, std::uint64_t rows, Ts... cols)
+{
+    return to_index_size(checked_product(what, rows, cols..., sizeof(T)), what) / sizeof(T);
+}
+
 }  // namespace detail
 
 /// The biaffine scorer: parameters, their gradients, and forward / backward
@@ -121,6 +129,8 @@ public:
     using value_type = T;
     /// Callback of forward(): per-split dY in, per-split dX written.
     using backprop_type = split_backprop<T>;
+    /// Callback of forward_heads(): per-split `[n, o]` dY in, per-split dX written.
+    using heads_backprop_type = split_heads_backprop<T>;
     /// Callback of forward_padded(): dy `[b, L, L(, o)]` in, dx `[b, L, n_in]` out.
     using padded_backprop_type = backprop_fn<tensor<T, 3>(const score_array<T>&)>;
 
@@ -292,6 +302,59 @@ public:
     template <class Items>
     std::pair<score_list<T>, backprop_type> forward(const Items& X, mode m = mode::train);
 
+    // ------------------------------------------- labels at given heads API
+    //
+    // Per split, one head per token (split-relative, `0..n-1`, the root
+    // pointing at itself as mst_heads returns it): `L[m, o] = S[m, head[m], o]`
+    // with S the scores above (projections, biases, dropout with the same
+    // masks as forward() draws), `[n, o]` per split; in training with
+    // `train_output::probabilities` the softmax over the labels (o == 1:
+    // over a single label, so 1; the full path's o == 1 softmax runs over
+    // heads instead). FLOPs O(n o h^2) per split and never an `[n, n, o]`
+    // block. `H[k]` is split k's heads (any range of integers with size()
+    // and operator[]); a missing list, a wrong length or an index outside
+    // `0..n-1` throws head_error.
+
+    /// Shape of one split's labels at given heads: `[n, o]`.
+    std::vector<std::size_t> heads_shape(std::size_t n) const { return {n, cfg_.labels}; }
+
+    /// Bytes a batch of `count` splits of at most `max_len` tokens needs for
+    /// labels at given heads, by lifetime (as cost()).
+    batch_cost heads_cost(std::size_t count, std::size_t max_len, mode m = mode::eval) const;
+
+    /// Like heads_cost(), for the padded interface (as padded_cost()).
+    batch_cost padded_heads_cost(std::size_t count, std::size_t max_len, mode m = mode::eval) const;
+
+    /// Labels at given heads, inference: one `[n_k, o]` tensor per split.
+    template <class Items, class Heads>
+    score_list<T> predict_heads(const Items& X, const Heads& H) const;
+
+    /// Streaming: `sink(k, seq_view<const T>)` receives split k's `[n, o]`;
+    /// the view lives only during the call.
+    template <class Items, class Heads, class Sink>
+    void predict_heads_stream(const Items& X, const Heads& H, Sink&& sink) const;
+
+    /// Training (or eval-mode) forward of labels at given heads: `[n_k, o]`
+    /// per split and a callback taking per-split `[n, o]` gradients (views),
+    /// writing per-split input gradients, accumulating every parameter
+    /// gradient. The splits' data must outlive the callback; the heads are
+    /// copied.
+    template <class Items, class Heads>
+    std::pair<score_list<T>, heads_backprop_type> forward_heads(const Items& X, const Heads& H,
+                                                                mode m = mode::train);
+
+    /// Padded labels at given heads, inference: `x [b, L, n_in]`, `lengths
+    /// [b]`, `heads [b, L]` (integers; entries past a length are ignored) ->
+    /// `[b, L, o]` (padded rows hold 0).
+    template <class X3, class Lengths, class Heads2>
+    score_array<T> predict_heads_padded(const X3& x, const Lengths& lengths, const Heads2& heads) const;
+
+    /// Padded forward of labels at given heads: `([b, L, o], backprop)`,
+    /// `backprop(dy [b, L, o])` -> `dx [b, L, n_in]` (zero at padded positions).
+    template <class X3, class Lengths, class Heads2>
+    std::pair<score_array<T>, padded_backprop_type> forward_heads_padded(const X3& x, const Lengths& lengths,
+                                                                         const Heads2& heads, mode m = mode::train);
+
     // ------------------------------------------------------------ padded API
 
     /// Reference interface, inference: `x [b, L, n_in]` (any xtensor array),
@@ -334,6 +397,7 @@ private:
         tracked_vector<std::size_t> off;          // packed row offsets, count + 1
         tracked_vector<seq_view<const T>> views;  // the splits (not copied)
         tensor<T, 2> u, v, t;                     // activations (empty when recomputing)
+        tracked_vector<std::size_t> head_rows;    // labels at given heads: packed row of each head
         tracked_vector<std::size_t> y_off;        // softmax outputs by split (train, stored)
         tensor<T, 1> ys;
         bool kept = true;  // false: recompute_in_backward
@@ -342,6 +406,59 @@ private:
         bool drop = false;
         std::uint64_t seed = 0;
     };
+
+    // U, V, T of one call: the saved batch's tensors when kept (a forward,
+    // SB = saved_batch, allocates them there: they move into the callback),
+    // else scratch of this call (a backward, SB = const saved_batch, fills it
+    // with recompute(): recompute_in_backward).
+    template <class SB>
+    struct activations {
+        using ptr = std::conditional_t<std::is_const<SB>::value, const T*, T*>;
+        scratch<T> u_tmp, v_tmp, t_tmp;
+        ptr u = nullptr;
+        ptr v = nullptr;
+        ptr t = nullptr;
+        activations(const biaffine_scorer& s, SB& sb)
+            : u_tmp(sb.kept ? 0 : detail::packed_count<T>("packed U", sb.off.back(), s.hu())),
+              v_tmp(sb.kept ? 0 : detail::packed_count<T>("packed V", sb.off.back(), s.hv())),
+              t_tmp(sb.kept ? 0 : detail::packed_count<T>("packed T", sb.off.back(), s.cfg_.labels, s.hv()))
+        {
+            const std::size_t N = sb.off.back();
+            if constexpr (!std::is_const<SB>::value) {
+                if (sb.kept) {
+                    sb.u = tensor<T, 2>::from_shape({N, s.hu()});
+                    sb.v = tensor<T, 2>::from_shape({N, s.hv()});
+                    sb.t = tensor<T, 2>::from_shape({N, s.cfg_.labels * s.hv()});
+                }
+            }
+            u = sb.kept ? sb.u.data() : u_tmp.data();
+            v = sb.kept ? sb.v.data() : v_tmp.data();
+            t = sb.kept ? sb.t.data() : t_tmp.data();
+        }
+        void recompute(const biaffine_scorer& s, const saved_batch& sb, T* packed)
+        {
+            if (sb.kept) return;
+            s.forward_activations(sb.views, sb.off.data(), sb.off.back(), sb.drop, sb.seed, u_tmp.data(),
+                                  v_tmp.data(), t_tmp.data(), packed);
+        }
+    };
+    // The gradients handed to a backward: one per split, each checked by
+    // `check_grad(who, k, dY[k], n, o)`, and the input-gradient slots.
+    template <class G, class Check>
+    void check_backward_args(const saved_batch& sb, span<const G> dY, span<const seq_view<T>> dX, const char* what,
+                             Check&& check_grad) const
+    {
+        const std::size_t count = sb.views.size();
+        if (dY.size() != count || dX.size() != count) {
+            throw shape_error(detail::msg("scorer backprop: expected ", count, " split gradients, got ", dY.size(),
+                                          " ", what, " gradients and ", dX.size(), " input gradient slots"));
+        }
+        for (std::size_t k = 0; k < count; ++k) {
+            const std::size_t n = sb.views[k].rows;
+            check_grad("scorer backprop", k, dY[k], n, cfg_.labels);
+            detail::check_grad_slot("scorer backprop", k, dX[k], n, cfg_.n_in);
+        }
+    }
 
     // detail/scorer_forward.hpp
     score_tensor<T> new_scores(std::size_t n) const;
@@ -358,6 +475,23 @@ private:
     template <class Items, class Dest>
     backprop_type forward_into(const Items& X, mode m, Dest&& dest);
     void backward(const saved_batch& sb, span<const score_view<const T>> dY, span<const seq_view<T>> dX);
+    void backward_projections(const saved_batch& sb, const T* u, const T* v, T* dt, T* dv, T* du,
+                              span<const seq_view<T>> dX, T* packed);
+    template <class Items>
+    void begin_saved(const Items& X, mode m, saved_batch& sb);
+
+    // detail/scorer_heads.hpp
+    template <class Items, class Heads>
+    std::size_t fill_head_rows(const Items& X, const Heads& H, std::size_t* off, std::size_t* rows) const;
+    template <class Items, class Heads, class Dest, class Done>
+    void predict_heads_into(const Items& X, const Heads& H, Dest&& dest, Done&& done) const;
+    template <class Items, class Heads, class Dest>
+    heads_backprop_type forward_heads_into(const Items& X, const Heads& H, mode m, Dest&& dest);
+    void backward_heads(const saved_batch& sb, span<const seq_view<const T>> dY, span<const seq_view<T>> dX);
+    template <class X3, class Lengths, class Heads2>
+    tracked_vector<span<const std::int64_t>> padded_head_lists(const X3& x, const Lengths& lengths,
+                                                               const Heads2& heads,
+                                                               tracked_vector<std::int64_t>& flat) const;
 
     // Whether a forward in mode m normalises its outputs.
     bool softmax_in(mode m) const noexcept
@@ -391,4 +525,5 @@ private:
 #include "biaffine/detail/scorer_cost.hpp"
 #include "biaffine/detail/scorer_forward.hpp"
 #include "biaffine/detail/scorer_padded.hpp"
+#include "biaffine/detail/scorer_heads.hpp"
 #include "biaffine/scorer_io.hpp"

@@ -36,6 +36,16 @@ template <class Items>
 struct has_bookkeeping_bytes<Items, std::void_t<decltype(std::declval<const Items&>().bookkeeping_bytes())>>
     : std::true_type {};
 
+// One batch's heads: the caller's list seen through the batch's input
+// indices (no copy; read-only, so batches on several threads may share it).
+template <class Heads>
+struct indexed_heads {
+    const Heads* all;
+    span<const std::size_t> index;
+    std::size_t size() const noexcept { return index.size(); }
+    decltype(auto) operator[](std::size_t j) const { return (*all)[index[j]]; }
+};
+
 // Thrown inside a batch whose buffer must not deliver because an earlier
 // buffer failed; never leaves the layer (the earlier error does).
 struct delivery_cancelled {};
@@ -141,8 +151,7 @@ public:
     /// move to their input positions.
     std::uint64_t planned_bytes(std::size_t count, std::size_t max_len, mode m = mode::eval) const
     {
-        return detail::checked_add(inner_.cost(count, max_len, m).total(),
-                                   detail::checked_mul(count, sizeof(score_tensor<T>), "batch cost"), "batch cost");
+        return planned<false>(count, max_len, m);
     }
 
     /// Bytes of this layer's own bookkeeping for `n_items` items (the
@@ -166,7 +175,7 @@ public:
     score_list<T> predict(const Items& X) const
     {
         score_list<T> Y = placeholders(X.size());
-        run(X, mode::eval, opts_.threads,
+        run<false>(X, mode::eval, opts_.threads,
             [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t, auto&&) {
             score_list<T> Yb = inner_.predict(items);
             for (std::size_t j = 0; j < items.size(); ++j) Y[index[j]] = std::move(Yb[j]);
@@ -181,21 +190,11 @@ public:
     void predict_stream(const Items& X, Sink&& sink) const
     {
         std::mutex sink_mutex;  // the sink is never called concurrently
-        run(X, mode::eval, opts_.threads,
+        run<false>(X, mode::eval, opts_.threads,
             [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t, auto&& my_turn) {
                 bool turn_taken = false;
                 inner_.predict_stream(items, [&](std::size_t j, score_view<const T> s) {
-                    // Wait outside the sink lock: the batch whose turn it is needs it.
-                    if (!turn_taken) {
-                        if (!my_turn()) throw detail::delivery_cancelled{};
-                        turn_taken = true;
-                    }
-                    if (opts_.concurrent_sink) {
-                        sink(index[j], s);
-                    } else {
-                        std::lock_guard<std::mutex> lock(sink_mutex);
-                        sink(index[j], s);
-                    }
+                    deliver(turn_taken, my_turn, sink_mutex, [&] { sink(index[j], s); });
                 });
             });
     }
@@ -205,28 +204,151 @@ public:
     template <class Items>
     std::pair<score_list<T>, backprop_type> forward(const Items& X, mode m = mode::train)
     {
+        return forward_batches<false, backprop_type>(X, m, [&](const auto& items, auto, mode mm) {
+            return inner_.forward(items, mm);
+        });
+    }
+
+    // ------------------------------------------- labels at given heads
+
+    /// Backprop of forward_heads(): per-split `[n, o]` gradients, input order.
+    using heads_backprop_type = split_heads_backprop<T>;
+
+    /// The inner layer's cost of a batch of labels at given heads.
+    batch_cost heads_cost(std::size_t count, std::size_t max_len, mode m = mode::eval) const
+    {
+        return inner_.heads_cost(count, max_len, m);
+    }
+
+    /// Labels at given heads of every split, in input order: `[n_k, o]`
+    /// each, batched by the inner layer's heads_cost (a byte budget buys far
+    /// longer batches than for `[n, n, o]` scores). `H[k]` is split k's heads
+    /// (`0..n_k-1`); checked before anything runs (head_error).
+    template <class Items, class Heads>
+    score_list<T> predict_heads(const Items& X, const Heads& H) const
+    {
+        static_assert(check_heads_layer<inner_type>());
+        check_split_heads(X, H);
+        score_list<T> Y = placeholders(X.size());
+        run<true>(X, mode::eval, opts_.threads,
+                  [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t, auto&&) {
+                      score_list<T> Yb = inner_.predict_heads(items, detail::indexed_heads<Heads>{&H, index});
+                      for (std::size_t j = 0; j < items.size(); ++j) Y[index[j]] = std::move(Yb[j]);
+                  });
+        return Y;
+    }
+
+    /// Streaming labels at given heads: `sink(k, seq_view<const T>)` with
+    /// split k's `[n, o]` (batch order), as predict_stream.
+    template <class Items, class Heads, class Sink>
+    void predict_heads_stream(const Items& X, const Heads& H, Sink&& sink) const
+    {
+        static_assert(check_heads_layer<inner_type>());
+        check_split_heads(X, H);
+        std::mutex sink_mutex;
+        run<true>(X, mode::eval, opts_.threads,
+                  [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t,
+                      auto&& my_turn) {
+                      bool turn_taken = false;
+                      inner_.predict_heads_stream(
+                          items, detail::indexed_heads<Heads>{&H, index}, [&](std::size_t j, seq_view<const T> y) {
+                              deliver(turn_taken, my_turn, sink_mutex, [&] { sink(index[j], y); });
+                          });
+                  });
+    }
+
+    /// Training forward of labels at given heads, batch by batch (as forward).
+    template <class Items, class Heads>
+    std::pair<score_list<T>, heads_backprop_type> forward_heads(const Items& X, const Heads& H, mode m = mode::train)
+    {
+        static_assert(check_heads_layer<inner_type>());
+        check_split_heads(X, H);
+        return forward_batches<true, heads_backprop_type>(X, m, [&](const auto& items, span<const std::size_t> idx,
+                                                                    mode mm) {
+            return inner_.forward_heads(items, detail::indexed_heads<Heads>{&H, idx}, mm);
+        });
+    }
+
+private:
+    // The inner layer's cost of a batch, full scores or labels at given heads.
+    template <bool Heads>
+    batch_cost inner_cost(std::size_t count, std::size_t max_len, mode m) const
+    {
+        if constexpr (Heads) {
+            return inner_.heads_cost(count, max_len, m);
+        } else {
+            return inner_.cost(count, max_len, m);
+        }
+    }
+
+    // planned_bytes() for either kind of output.
+    template <bool Heads>
+    std::uint64_t planned(std::size_t count, std::size_t max_len, mode m) const
+    {
+        return detail::checked_add(inner_cost<Heads>(count, max_len, m).total(),
+                                   detail::checked_mul(count, sizeof(score_tensor<T>), "batch cost"), "batch cost");
+    }
+
+    template <class Items, class Heads>
+    static void check_split_heads(const Items& X, const Heads& H)
+    {
+        detail::check_heads("with_minibatch_by_padded_size", X.size(), H, [&](std::size_t k) { return X[k].rows; },
+                            [](std::size_t k) { return detail::msg("split ", k); });
+    }
+
+    // A streaming batch's delivery: waits for its turn once (outside the
+    // sink lock: the batch whose turn it is needs it), then calls `give`,
+    // serialised unless concurrent_sink.
+    template <class MyTurn, class Give>
+    void deliver(bool& turn_taken, MyTurn&& my_turn, std::mutex& sink_mutex, Give&& give) const
+    {
+        if (!turn_taken) {
+            if (!my_turn()) throw detail::delivery_cancelled{};
+            turn_taken = true;
+        }
+        if (opts_.concurrent_sink) {
+            give();
+        } else {
+            std::lock_guard<std::mutex> lock(sink_mutex);
+            give();
+        }
+    }
+
+    // forward() and forward_heads(): `call(items, input_indices, m)` runs one
+    // batch's inner forward; the callback (BP, taking the per-split
+    // gradients of either kind) runs each batch's backprop in order.
+    template <bool Heads, class BP, class Items, class Call>
+    std::pair<score_list<T>, BP> forward_batches(const Items& X, mode m, Call&& call)
+    {
         const std::size_t n = X.size();
         score_list<T> Y = placeholders(n);
+        using inner_bp = std::decay_t<decltype(call(std::declval<span<const seq_view<const T>>>(),
+                                                    std::declval<span<const std::size_t>>(), m)
+                                                   .second)>;
         struct batch_record {
             std::size_t first;  // into `index`
             std::size_t count;
             std::size_t max_len;
-            typename inner_type::backprop_type bp;
+            inner_bp bp;
         };
         tracked_vector<batch_record> records;
         tracked_vector<std::size_t> index;
         index.reserve(n);
-        run(X, m, 1, [&](span<const seq_view<const T>> items, span<const std::size_t> idx, std::size_t max_len, auto&&) {
-            auto [Yb, bp] = inner_.forward(items, m);
+        run<Heads>(X, m, 1, [&](span<const seq_view<const T>> items, span<const std::size_t> idx, std::size_t max_len,
+                                auto&&) {
+            auto [Yb, bp] = call(items, idx, m);
             records.push_back({index.size(), items.size(), max_len, std::move(bp)});
             for (std::size_t j = 0; j < items.size(); ++j) {
                 Y[idx[j]] = std::move(Yb[j]);
                 index.push_back(idx[j]);
             }
         });
+        const auto* self = this;
         inner_type* inner = &inner_;
-        backprop_type bp([records = std::move(records), index = std::move(index), n, m,
-                          inner](span<const score_view<const T>> dY, span<const seq_view<T>> dX) mutable {
+        // The gradient views BP takes: score_view (full scores) or seq_view ([n, o]).
+        using grad_view = std::conditional_t<Heads, seq_view<const T>, score_view<const T>>;
+        BP bp([records = std::move(records), index = std::move(index), n, m, inner,
+               self](span<const grad_view> dY, span<const seq_view<T>> dX) mutable {
             if (dY.size() != n || dX.size() != n) {
                 throw shape_error(detail::msg("with_minibatch_by_padded_size backprop: expected ", n,
                                               " split gradients, got ", dY.size(), " (and ", dX.size(),
@@ -234,7 +356,7 @@ public:
             }
             std::size_t widest = 0;
             for (const batch_record& r : records) widest = std::max(widest, r.count);
-            tracked_vector<score_view<const T>> dYb(widest);
+            tracked_vector<grad_view> dYb(widest);
             tracked_vector<seq_view<T>> dXb(widest);
             // All or nothing: with several batches, a throw in a later one
             // (e.g. std::bad_alloc under a memory limit) restores the
@@ -247,15 +369,14 @@ public:
                     dYb[j] = dY[index[r.first + j]];
                     dXb[j] = dX[index[r.first + j]];
                 }
-                workspace_scope ws(inner->cost(r.count, r.max_len, m).scratch);
-                r.bp(span<const score_view<const T>>(dYb.data(), r.count), span<const seq_view<T>>(dXb.data(), r.count));
+                workspace_scope ws(self->template inner_cost<Heads>(r.count, r.max_len, m).scratch);
+                r.bp(span<const grad_view>(dYb.data(), r.count), span<const seq_view<T>>(dXb.data(), r.count));
             }
             guard.dismiss();
         });
         return {std::move(Y), std::move(bp)};
     }
 
-private:
     // Empty outputs, filled batch by batch: a default-constructed xarray
     // would allocate (and count) one element each.
     static score_list<T> placeholders(std::size_t n)
@@ -272,7 +393,7 @@ private:
     // reported scratch; with threads > 1 batches run concurrently. A batch
     // calls `my_turn()` before it delivers anything: it returns when every
     // earlier buffer has delivered, false if an earlier one failed.
-    template <class Items, class Batch>
+    template <bool Heads, class Items, class Batch>
     void run(const Items& X, mode m, std::size_t threads, Batch&& batch) const
     {
         const std::size_t n = X.size();
@@ -303,20 +424,20 @@ private:
         auto cost = [&](std::size_t count, std::size_t len) -> std::uint64_t {
             if (budget_.kind == budget_kind::padded_items) return detail::checked_mul(count, len, "padded size");
             try {
-                return planned_bytes(count, len, m);
+                return planned<Heads>(count, len, m);
             } catch (const overflow_error& e) {
                 throw overflow_error(detail::msg("with_minibatch_by_padded_size: ", count, " split(s) of length ", len,
                                                  " cannot be sized: ", e.what()));
             }
         };
         auto workspace = [&](std::size_t count, std::size_t len) {
-            const batch_cost c = inner_.cost(count, len, m);
+            const batch_cost c = inner_cost<Heads>(count, len, m);
             detail::batch_workspace w{c.scratch};
             // Under a byte budget the block kept from an earlier batch counts
             // against this one: reuse it only while it fits beside this
             // batch's other memory (heap, outputs), else size it to this batch.
             if (budget_.kind == budget_kind::bytes) {
-                const std::uint64_t others = planned_bytes(count, len, m) - c.scratch;
+                const std::uint64_t others = planned<Heads>(count, len, m) - c.scratch;
                 w.keep = std::max(c.scratch, others < limit ? limit - others : 0);
             }
             return w;

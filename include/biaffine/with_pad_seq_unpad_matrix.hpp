@@ -36,6 +36,7 @@ class with_pad_seq_unpad_matrix_layer : public detail::wrapping_layer<Inner> {
     static_assert(check_padded_layer<Inner>());
     using base = detail::wrapping_layer<Inner>;
     using base::inner_;
+    using typename base::inner_type;
 
 public:
     using typename base::value_type;
@@ -49,25 +50,9 @@ public:
     /// layer's own, its padded output (heap), the unpadded outputs.
     batch_cost cost(std::size_t count, std::size_t max_len, mode m = mode::eval) const
     {
-        using detail::checked_add;
-        const batch_cost in = inner_.padded_cost(count, max_len, m);
-        const std::uint64_t x =
-            detail::scratch_bytes<T>(detail::checked_product("padded batch", count, max_len, inner_.n_in()));
-        const std::uint64_t lens = detail::scratch_bytes<std::int64_t>(count);
-        batch_cost c;
-        c.outputs = detail::checked_product("padded batch", count, max_len, max_len, inner_.labels(), sizeof(T));
-        c.heap = checked_add(in.heap, in.outputs, "padded batch");
-        if (m == mode::eval) {
-            c.scratch = checked_add(checked_add(in.scratch, x, "padded batch"), lens, "padded batch");
-            return c;
-        }
-        // Train: the padded input is kept (the inner layer holds views of it);
-        // backward builds the padded dY and gets a padded dX back.
-        c.saved = checked_add(checked_add(in.saved, x, "padded batch"),
-                              detail::checked_mul(count, sizeof(std::size_t), "padded batch"), "padded batch");
-        c.scratch = checked_add(in.scratch, lens, "padded batch");
-        c.heap = checked_add(c.heap, checked_add(in.outputs, x, "padded batch"), "padded batch");
-        return c;
+        return padded_batch_cost(
+            inner_.padded_cost(count, max_len, m), count, max_len, m,
+            detail::checked_product("padded batch", count, max_len, max_len, inner_.labels(), sizeof(T)));
     }
 
     /// Scores of every split, `[n_k, n_k(, o)]`, through one padded call.
@@ -140,13 +125,165 @@ public:
                 }
             }
             const tensor<T, 3> dx = inner_bp(dy);
-            // dX[k] is [n_k, n_in] (checked above).
-            for (std::size_t k = 0; k < count; ++k) detail::copy_rows(dx.data() + k * L * n_in, dX[k]);
+            unpad_grads(dx, lens, L, n_in, dX);
+        });
+        return {std::move(Y), std::move(bp)};
+    }
+
+    // ------------------------------------------- labels at given heads
+
+    /// Backprop of forward_heads(): per-split `[n, o]` gradients.
+    using heads_backprop_type = split_heads_backprop<T>;
+
+    /// Working set of a batch of labels at given heads: padded input,
+    /// lengths and heads (scratch), the inner layer's, its padded `[b, L, o]`
+    /// output (heap), the unpadded outputs.
+    batch_cost heads_cost(std::size_t count, std::size_t max_len, mode m = mode::eval) const
+    {
+        static_assert(check_padded_heads_layer<inner_type>());
+        const std::uint64_t heads = detail::scratch_bytes<std::int64_t>(
+            detail::checked_mul(count, max_len, "padded batch"));
+        batch_cost c = padded_batch_cost(inner_.padded_heads_cost(count, max_len, m), count, max_len, m,
+                                         detail::checked_product("padded batch", count, max_len, inner_.labels(),
+                                                                 sizeof(T)));
+        c.scratch = detail::checked_add(c.scratch, heads, "padded batch");
+        return c;
+    }
+
+    /// Labels at given heads of every split, `[n_k, o]`, through one padded
+    /// call with heads `[b, L]`.
+    template <class Items, class Heads>
+    score_list<T> predict_heads(const Items& X, const Heads& H) const
+    {
+        score_list<T> Y;
+        Y.reserve(X.size());
+        predict_heads_stream(X, H, [&](std::size_t, seq_view<const T> y) {
+            score_tensor<T> yk = score_tensor<T>::from_shape({y.rows, y.cols});
+            if (y.rows != 0) detail::row_block(yk.data(), y.rows, y.cols) = y.map();
+            Y.push_back(std::move(yk));
+        });
+        return Y;
+    }
+
+    /// Streaming labels at given heads: `sink(k, seq_view<const T>)`, views
+    /// into the padded `[b, L, o]` output.
+    template <class Items, class Heads, class Sink>
+    void predict_heads_stream(const Items& X, const Heads& H, Sink&& sink) const
+    {
+        static_assert(check_padded_heads_layer<inner_type>());
+        const std::size_t count = X.size(), L = max_len(X), n_in = inner_.n_in(), o = inner_.labels();
+        check_padded_heads(X, H);
+        scratch<T> xp(padded_size(count, L));
+        scratch<std::int64_t> lens(count);
+        scratch<std::int64_t> hp(detail::to_index_size(detail::checked_mul(count, L, "padded batch"), "padded batch"));
+        pad(X, L, xp.data(), lens.data());
+        pad_heads(H, count, L, lens.data(), hp.data());
+        auto x = xt::adapt(xp.data(), xp.size(), xt::no_ownership(), std::array<std::size_t, 3>{count, L, n_in});
+        auto h = xt::adapt(hp.data(), hp.size(), xt::no_ownership(), std::array<std::size_t, 2>{count, L});
+        const score_array<T> y = inner_.predict_heads_padded(x, span<const std::int64_t>(lens.data(), count), h);
+        for (std::size_t k = 0; k < count; ++k) {
+            sink(k, seq_view<const T>{y.data() + k * L * o, X[k].rows, o, static_cast<std::ptrdiff_t>(o), 1});
+        }
+    }
+
+    /// Forward of labels at given heads through the padded inner layer; the
+    /// callback pads the `[n, o]` gradients to `[b, L, o]` and unpads dX.
+    template <class Items, class Heads>
+    std::pair<score_list<T>, heads_backprop_type> forward_heads(const Items& X, const Heads& H, mode m = mode::train)
+    {
+        static_assert(check_padded_heads_layer<inner_type>());
+        const std::size_t count = X.size(), L = max_len(X), n_in = inner_.n_in(), o = inner_.labels();
+        check_padded_heads(X, H);
+        padded_size(count, L);  // checked before xtensor multiplies the shape out
+        tensor<T, 3> x = tensor<T, 3>::from_shape({count, L, n_in});
+        tracked_vector<std::int64_t> lens(count);
+        pad(X, L, x.data(), lens.data());
+        scratch<std::int64_t> hp(detail::to_index_size(detail::checked_mul(count, L, "padded batch"), "padded batch"));
+        pad_heads(H, count, L, lens.data(), hp.data());
+        auto h = xt::adapt(hp.data(), hp.size(), xt::no_ownership(), std::array<std::size_t, 2>{count, L});
+        auto [y, inner_bp] = inner_.forward_heads_padded(x, lens, h, m);
+        score_list<T> Y;
+        Y.reserve(count);
+        for (std::size_t k = 0; k < count; ++k) {
+            const std::size_t n = X[k].rows;
+            score_tensor<T> yk = score_tensor<T>::from_shape({n, o});
+            if (n != 0) detail::row_block(yk.data(), n, o) = detail::const_row_block(y.data() + k * L * o, n, o);
+            Y.push_back(std::move(yk));
+        }
+        heads_backprop_type bp([x = std::move(x), lens = std::move(lens), inner_bp = std::move(inner_bp), L, o,
+                                n_in](span<const seq_view<const T>> dY, span<const seq_view<T>> dX) mutable {
+            const std::size_t count = lens.size();
+            if (dY.size() != count || dX.size() != count) {
+                throw shape_error(detail::msg("with_pad_seq_unpad_matrix backprop: expected ", count,
+                                              " split gradients, got ", dY.size()));
+            }
+            score_array<T> dy = xt::zeros<T>({count, L, o});
+            for (std::size_t k = 0; k < count; ++k) {
+                const std::size_t n = static_cast<std::size_t>(lens[k]);
+                detail::check_head_grad("with_pad_seq_unpad_matrix backprop", k, dY[k], n, o);
+                detail::check_grad_slot("with_pad_seq_unpad_matrix backprop", k, dX[k], n, n_in);
+                detail::copy_rows(dY[k], dy.data() + k * L * o);
+            }
+            const tensor<T, 3> dx = inner_bp(dy);
+            unpad_grads(dx, lens, L, n_in, dX);
         });
         return {std::move(Y), std::move(bp)};
     }
 
 private:
+    // A batch's working set around the inner layer's padded cost `in`,
+    // whose padded output is `outputs` bytes once unpadded.
+    batch_cost padded_batch_cost(const batch_cost& in, std::size_t count, std::size_t max_len, mode m,
+                                 std::uint64_t outputs) const
+    {
+        using detail::checked_add;
+        const std::uint64_t x =
+            detail::scratch_bytes<T>(detail::checked_product("padded batch", count, max_len, inner_.n_in()));
+        const std::uint64_t lens = detail::scratch_bytes<std::int64_t>(count);
+        batch_cost c;
+        c.outputs = outputs;
+        c.heap = checked_add(in.heap, in.outputs, "padded batch");
+        if (m == mode::eval) {
+            c.scratch = checked_add(checked_add(in.scratch, x, "padded batch"), lens, "padded batch");
+            return c;
+        }
+        // Train: the padded input is kept (the inner layer holds views of it);
+        // backward builds the padded dY and gets a padded dX back.
+        c.saved = checked_add(checked_add(in.saved, x, "padded batch"),
+                              detail::checked_mul(count, sizeof(std::size_t), "padded batch"), "padded batch");
+        c.scratch = checked_add(in.scratch, lens, "padded batch");
+        c.heap = checked_add(c.heap, checked_add(in.outputs, x, "padded batch"), "padded batch");
+        return c;
+    }
+
+    template <class Items, class Heads>
+    static void check_padded_heads(const Items& X, const Heads& H)
+    {
+        detail::check_heads("with_pad_seq_unpad_matrix", X.size(), H, [&](std::size_t k) { return X[k].rows; },
+                            [](std::size_t k) { return detail::msg("split ", k); });
+    }
+
+    // Heads `[count, L]` (int64), 0 past each length.
+    template <class Heads>
+    static void pad_heads(const Heads& H, std::size_t count, std::size_t L, const std::int64_t* lens,
+                          std::int64_t* hp)
+    {
+        for (std::size_t k = 0; k < count; ++k) {
+            const auto& hk = H[k];
+            const auto n = static_cast<std::size_t>(lens[k]);
+            for (std::size_t m = 0; m < n; ++m) hp[k * L + m] = static_cast<std::int64_t>(hk[m]);
+            std::fill(hp + k * L + n, hp + (k + 1) * L, std::int64_t(0));
+        }
+    }
+
+    template <class Lens>
+    static void unpad_grads(const tensor<T, 3>& dx, const Lens& lens, std::size_t L, std::size_t n_in,
+                            span<const seq_view<T>> dX)
+    {
+        // dX[k] is [n_k, n_in] (checked before the inner backprop ran).
+        for (std::size_t k = 0; k < lens.size(); ++k) detail::copy_rows(dx.data() + k * L * n_in, dX[k]);
+    }
+
     template <class Items>
     std::size_t max_len(const Items& X) const
     {

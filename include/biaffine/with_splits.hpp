@@ -152,6 +152,7 @@ class with_splits_layer : public detail::wrapping_layer<Inner> {
     static_assert(check_split_layer<Inner>());
     using base = detail::wrapping_layer<Inner>;
     using base::inner_;
+    using typename base::inner_type;
 
 public:
     using typename base::value_type;
@@ -195,14 +196,10 @@ public:
         auto [Y, inner_bp] = inner_.forward(p.sequence(split_lengths), m);
         const std::size_t n_in = inner_.n_in(), o = inner_.labels();
         // Training keeps the flat lengths for backward (the caller's may be gone).
-        tracked_vector<std::size_t> lengths;
-        lengths.reserve(p.first.back());
-        for (const auto& ls : split_lengths) {
-            for (const auto& len : ls) lengths.push_back(static_cast<std::size_t>(len));
-        }
+        tracked_vector<std::size_t> lengths = flat_lengths(p, split_lengths);
         backprop_type bp([p = std::move(p), lengths = std::move(lengths), inner_bp = std::move(inner_bp), n_in,
                           o](span<const score_view<const T>> dY) mutable {
-            const std::size_t n_splits = lengths.size(), n_docs = p.docs.size();
+            const std::size_t n_splits = lengths.size();
             if (dY.size() != n_splits) {
                 throw shape_error(detail::msg("with_splits backprop: expected ", n_splits, " split gradients, got ",
                                               dY.size()));
@@ -210,25 +207,89 @@ public:
             for (std::size_t k = 0; k < n_splits; ++k) {
                 detail::check_score_grad("with_splits backprop", k, dY[k], lengths[k], o, p.document_of(k));
             }
-            doc_grads dX;
-            dX.reserve(n_docs);
-            for (std::size_t d = 0; d < n_docs; ++d) {
-                detail::to_index_size(detail::checked_product("document gradient", p.docs[d].rows, n_in, sizeof(T)),
-                                      "document gradient");
-                dX.push_back(xt::zeros<T>({p.docs[d].rows, n_in}));
-            }
-            tracked_vector<seq_view<T>> slots(n_splits);
-            for (std::size_t d = 0, k = 0; d < n_docs; ++d) {
-                std::size_t row = 0;
-                for (; k < p.first[d + 1]; ++k) {
-                    slots[k] = {dX[d].data() + row * n_in, lengths[k], n_in, static_cast<std::ptrdiff_t>(n_in), 1};
-                    row += lengths[k];
-                }
-            }
-            inner_bp(dY, span<const seq_view<T>>(slots.data(), n_splits));
-            return dX;
+            return backprop_documents(p, lengths, n_in, [&](span<const seq_view<T>> slots) { inner_bp(dY, slots); });
         });
         return {std::move(Y), std::move(bp)};
+    }
+
+    // ------------------------------------------- labels at given heads
+
+    /// Callback of forward_heads(): per-split `[n, o]` dY views in (see
+    /// head_grad_views), per-document dX out.
+    using heads_backprop_type = backprop_fn<doc_grads(span<const seq_view<const T>>)>;
+
+    /// Labels at given heads: `heads[d]` holds one head per token of document
+    /// d (a contiguous range of integers, e.g. `std::vector<int>`), each
+    /// relative to its split (`0..n-1`, the root pointing at itself as
+    /// mst_heads returns it). One `[n, o]` tensor per split, in the order of
+    /// predict(). A missing list, a wrong length or an index outside its
+    /// split throws head_error naming document, split and token. Needs an
+    /// inner layer with the heads members (check_heads_layer).
+    template <class Docs, class Lengths, class Heads>
+    score_list<T> predict_heads(const Docs& docs, const Lengths& split_lengths, const Heads& heads) const
+    {
+        static_assert(check_heads_layer<inner_type>());
+        prepared p = prepare(docs, split_lengths);
+        const auto lists = split_heads(p, split_lengths, heads);
+        return inner_.predict_heads(p.sequence(split_lengths), span_of(lists));
+    }
+
+    /// Streaming labels at given heads: `sink(split_index, doc_index,
+    /// seq_view<const T>)` with split k's `[n, o]`, valid during the call.
+    template <class Docs, class Lengths, class Heads, class Sink>
+    void predict_heads_stream(const Docs& docs, const Lengths& split_lengths, const Heads& heads, Sink&& sink) const
+    {
+        static_assert(check_heads_layer<inner_type>());
+        prepared p = prepare(docs, split_lengths);
+        const auto lists = split_heads(p, split_lengths, heads);
+        inner_.predict_heads_stream(p.sequence(split_lengths), span_of(lists),
+                                    [&](std::size_t k, seq_view<const T> y) { sink(k, p.document_of(k), y); });
+    }
+
+    /// Training forward of labels at given heads: `[n, o]` per split and a
+    /// callback taking per-split `[n, o]` gradients, returning per-document
+    /// dX. Documents must outlive the callback; the heads need not.
+    template <class Docs, class Lengths, class Heads>
+    std::pair<score_list<T>, heads_backprop_type> forward_heads(const Docs& docs, const Lengths& split_lengths,
+                                                                const Heads& heads, mode m = mode::train)
+    {
+        static_assert(check_heads_layer<inner_type>());
+        prepared p = prepare(docs, split_lengths);
+        const auto lists = split_heads(p, split_lengths, heads);
+        auto [Y, inner_bp] = inner_.forward_heads(p.sequence(split_lengths), span_of(lists), m);
+        const std::size_t n_in = inner_.n_in(), o = inner_.labels();
+        tracked_vector<std::size_t> lengths = flat_lengths(p, split_lengths);
+        heads_backprop_type bp([p = std::move(p), lengths = std::move(lengths), inner_bp = std::move(inner_bp), n_in,
+                                o](span<const seq_view<const T>> dY) mutable {
+            const std::size_t n_splits = lengths.size();
+            if (dY.size() != n_splits) {
+                throw shape_error(detail::msg("with_splits backprop: expected ", n_splits, " split gradients, got ",
+                                              dY.size()));
+            }
+            for (std::size_t k = 0; k < n_splits; ++k) {
+                detail::check_head_grad("with_splits backprop", k, dY[k], lengths[k], o);
+            }
+            return backprop_documents(p, lengths, n_in, [&](span<const seq_view<T>> slots) { inner_bp(dY, slots); });
+        });
+        return {std::move(Y), std::move(bp)};
+    }
+
+    /// Convenience: heads backprop from owning per-split `[n, o]` arrays.
+    template <class Grads>
+    static tracked_vector<seq_view<const T>> head_grad_views(const Grads& dY)
+    {
+        tracked_vector<seq_view<const T>> v;
+        v.reserve(detail::range_size(dY));
+        std::size_t k = 0;
+        for (const auto& g : dY) {
+            if (g.dimension() != 2) {
+                throw shape_error(detail::msg("split gradient ", k, ": expected [n, o], got ", g.dimension(),
+                                              " dimensions"));
+            }
+            v.push_back(as_const_view(g));
+            ++k;
+        }
+        return v;
     }
 
     /// Convenience: backprop from owning per-split gradient arrays (e.g. a
@@ -266,6 +327,90 @@ private:
             return static_cast<std::size_t>(std::upper_bound(first.begin(), first.end(), k) - first.begin()) - 1;
         }
     };
+
+    template <class Lengths>
+    static tracked_vector<std::size_t> flat_lengths(const prepared& p, const Lengths& split_lengths)
+    {
+        tracked_vector<std::size_t> lengths;
+        lengths.reserve(p.first.back());
+        for (const auto& ls : split_lengths) {
+            for (const auto& len : ls) lengths.push_back(static_cast<std::size_t>(len));
+        }
+        return lengths;
+    }
+
+    // Per-document zero dX, per-split slots into them, `inner(slots)` fills them.
+    template <class Inner_bp>
+    static doc_grads backprop_documents(const prepared& p, const tracked_vector<std::size_t>& lengths,
+                                        std::size_t n_in, Inner_bp&& inner)
+    {
+        const std::size_t n_splits = lengths.size(), n_docs = p.docs.size();
+        doc_grads dX;
+        dX.reserve(n_docs);
+        for (std::size_t d = 0; d < n_docs; ++d) {
+            detail::to_index_size(detail::checked_product("document gradient", p.docs[d].rows, n_in, sizeof(T)),
+                                  "document gradient");
+            dX.push_back(xt::zeros<T>({p.docs[d].rows, n_in}));
+        }
+        tracked_vector<seq_view<T>> slots(n_splits);
+        for (std::size_t d = 0, k = 0; d < n_docs; ++d) {
+            std::size_t row = 0;
+            for (; k < p.first[d + 1]; ++k) {
+                slots[k] = {dX[d].data() + row * n_in, lengths[k], n_in, static_cast<std::ptrdiff_t>(n_in), 1};
+                row += lengths[k];
+            }
+        }
+        inner(span<const seq_view<T>>(slots.data(), n_splits));
+        return dX;
+    }
+
+    template <class V>
+    static span<const typename V::value_type> span_of(const V& v)
+    {
+        return span<const typename V::value_type>(v.data(), v.size());
+    }
+
+    // Split k's heads as a span into its document's heads, every index
+    // checked (document, split inside it, token). Heads of one document are
+    // one contiguous range of any integer type.
+    template <class Lengths, class Heads>
+    auto split_heads(const prepared& p, const Lengths& split_lengths, const Heads& heads) const
+    {
+        using E = std::remove_cv_t<std::remove_reference_t<decltype(*std::data(*std::begin(heads)))>>;
+        static_assert(std::is_integral<E>::value, "with_splits: heads must be integers");
+        const std::size_t n_docs = p.docs.size();
+        if (detail::range_size(heads) != n_docs) {
+            throw head_error(detail::msg("with_splits: ", n_docs, " documents but ", detail::range_size(heads),
+                                         " lists of heads"));
+        }
+        tracked_vector<span<const E>> lists;
+        lists.reserve(p.first.back());
+        auto hit = std::begin(heads);
+        std::size_t d = 0;
+        for (const auto& ls : split_lengths) {
+            const auto& hd = *hit;
+            const std::size_t got = static_cast<std::size_t>(std::size(hd));
+            if (got != p.docs[d].rows) {
+                throw head_error(detail::msg("with_splits: document ", d, ": ", got, " heads for ", p.docs[d].rows,
+                                             " tokens"));
+            }
+            std::size_t row = 0;
+            for (const auto& len : ls) {
+                const auto n = static_cast<std::size_t>(len);
+                lists.push_back(span<const E>(std::data(hd) + row, n));
+                row += n;
+            }
+            ++hit;
+            ++d;
+        }
+        detail::check_heads(
+            "with_splits", lists.size(), lists, [&](std::size_t k) { return lists[k].size(); },
+            [&](std::size_t k) {
+                const std::size_t doc = p.document_of(k);
+                return detail::msg("document ", doc, ", split ", k - p.first[doc]);
+            });
+        return lists;
+    }
 
     template <class Docs, class Lengths>
     prepared prepare(const Docs& docs, const Lengths& split_lengths) const

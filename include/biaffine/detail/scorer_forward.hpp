@@ -60,13 +60,6 @@ void softmax_backward(score_view<const T> y, score_view<const T> dy, score_view<
     }
 }
 
-// Elements of a packed `[rows, cols...]` buffer of T, checked (in bytes too).
-template <class T, class... Ts>
-std::size_t packed_count(const char* what, std::uint64_t rows, Ts... cols)
-{
-    return to_index_size(checked_product(what, rows, cols..., sizeof(T)), what) / sizeof(T);
-}
-
 // A dense `[n, n, o]` view of one split's owned scores.
 template <class T, class S>
 score_view<T> dense_scores(S& s)
@@ -225,30 +218,13 @@ typename biaffine_scorer<T>::backprop_type biaffine_scorer<T>::forward_into(cons
     check_items(X);
     const std::size_t count = X.size(), o = cfg_.labels;
     saved_batch sb;
-    sb.off.resize(count + 1);
-    const std::size_t N = fill_offsets(X, sb.off.data());
-    sb.views.resize(count);
-    for (std::size_t k = 0; k < count; ++k) sb.views[k] = detail::read_only(X[k]);
-    sb.train = m == mode::train;
-    sb.softmax = softmax_in(m);
-    sb.drop = sb.train && cfg_.dropout > 0.0;
-    sb.seed = sb.drop ? rng_() : 0;
-    const bool keep = !cfg_.recompute_in_backward;
-    sb.kept = keep;
+    begin_saved(X, m, sb);
+    const std::size_t N = sb.off[count];
+    const bool keep = sb.kept;
     // Kept activations are tensors that move into the callback; recomputed
     // ones are workspace scratch that dies with this call.
-    const std::size_t n_u = detail::packed_count<T>("packed U", N, hu());
-    const std::size_t n_v = detail::packed_count<T>("packed V", N, hv());
-    const std::size_t n_t = detail::packed_count<T>("packed T", N, o, hv());
-    scratch<T> u_tmp(keep ? 0 : n_u), v_tmp(keep ? 0 : n_v), t_tmp(keep ? 0 : n_t);
-    if (keep) {
-        sb.u = tensor<T, 2>::from_shape({N, hu()});
-        sb.v = tensor<T, 2>::from_shape({N, hv()});
-        sb.t = tensor<T, 2>::from_shape({N, o * hv()});
-    }
-    T* u = keep ? sb.u.data() : u_tmp.data();
-    T* v = keep ? sb.v.data() : v_tmp.data();
-    T* t = keep ? sb.t.data() : t_tmp.data();
+    activations<saved_batch> act(*this, sb);
+    T *u = act.u, *v = act.v, *t = act.t;
     scratch<T> packed(packed_elements(detail::max_split_rows(sb.off.data(), count)));
     forward_activations(X, sb.off.data(), N, sb.drop, sb.seed, u, v, t, packed.data());
     const bool keep_y = sb.softmax && keep;
@@ -280,40 +256,26 @@ void biaffine_scorer<T>::backward(const saved_batch& sb, span<const score_view<c
                                   span<const seq_view<T>> dX)
 {
     using backend = detail::compute_backend<T>;
-    const std::size_t count = sb.views.size(), o = cfg_.labels, n_in = cfg_.n_in;
-    if (dY.size() != count || dX.size() != count) {
-        throw shape_error(detail::msg("scorer backprop: expected ", count, " split gradients, got ", dY.size(),
-                                      " score gradients and ", dX.size(), " input gradient slots"));
-    }
-    for (std::size_t k = 0; k < count; ++k) {
-        const std::size_t n = sb.views[k].rows;
-        detail::check_score_grad("scorer backprop", k, dY[k], n, o);
-        detail::check_grad_slot("scorer backprop", k, dX[k], n, n_in);
-    }
+    const std::size_t count = sb.views.size(), o = cfg_.labels;
+    check_backward_args(sb, dY, dX, "score", [](auto&&... a) { detail::check_score_grad<T>(a...); });
     const std::size_t N = sb.off[count];
     const std::size_t* off = sb.off.data();
     const std::size_t max_n = detail::max_split_rows(off, count);
     const bool keep = sb.kept;
-    // Recomputed activations (recompute_in_backward) live in scratch.
     const std::size_t n_u = detail::packed_count<T>("packed U", N, hu());
     const std::size_t n_v = detail::packed_count<T>("packed V", N, hv());
     const std::size_t n_t = detail::packed_count<T>("packed T", N, o, hv());
     const std::size_t n_s = detail::packed_count<T>("split scores", max_n, max_n, o);
-    scratch<T> u_tmp(keep ? 0 : n_u), v_tmp(keep ? 0 : n_v), t_tmp(keep ? 0 : n_t);
+    // Recomputed activations (recompute_in_backward) live in scratch.
+    activations<const saved_batch> act(*this, sb);
     scratch<T> y_tmp(keep || !sb.softmax ? 0 : n_s);
     scratch<T> packed(train_packed_elements(max_n));
-    const T* u = keep ? sb.u.data() : u_tmp.data();
-    const T* v = keep ? sb.v.data() : v_tmp.data();
-    const T* t = keep ? sb.t.data() : t_tmp.data();
-    if (!keep) {
-        forward_activations(sb.views, off, N, sb.drop, sb.seed, u_tmp.data(), v_tmp.data(), t_tmp.data(),
-                            packed.data());
-    }
+    act.recompute(*this, sb, packed.data());
+    const T *u = act.u, *v = act.v, *t = act.t;
     scratch<T> dt(n_t);
     scratch<T> dv(n_v);
     scratch<T> du(n_u);
     scratch<T> ds(sb.softmax ? n_s : 0);
-    scratch<T> xp(detail::packed_count<T>("packed input", N, n_in));
     for (std::size_t k = 0; k < count; ++k) {
         const std::size_t n = sb.views[k].rows;
         const auto va = detail::const_row_block(v + off[k] * hv(), n, hv());
@@ -335,16 +297,47 @@ void biaffine_scorer<T>::backward(const saved_batch& sb, span<const score_view<c
         backend::split_scores_backward(va, t_rows, o, g, detail::row_block(dv.data() + off[k] * hv(), n, hv()),
                                        dt.data() + off[k] * o * hv());
     }
+    backward_projections(sb, u, v, dt.data(), dv.data(), du.data(), dX, packed.data());
+}
+
+// The part of backward shared by full scores and labels at given heads: from
+// dT and dV (packed rows) through W, relu, dropout and the projections to
+// every parameter gradient and the splits' dX.
+template <class T>
+void biaffine_scorer<T>::backward_projections(const saved_batch& sb, const T* u, const T* v, T* dt, T* dv, T* du,
+                                              span<const seq_view<T>> dX, T* packed)
+{
+    using backend = detail::compute_backend<T>;
+    const std::size_t count = sb.views.size(), N = sb.off[count], n_in = cfg_.n_in;
     if (N == 0) return;
-    backend::bilinear_left_backward(dims(), w_.data(), u, N, dt.data(), du.data(), dw_.data(), packed.data());
+    const std::size_t* off = sb.off.data();
+    scratch<T> xp(detail::packed_count<T>("packed input", N, n_in));
+    backend::bilinear_left_backward(dims(), w_.data(), u, N, dt, du, dw_.data(), packed);
     // Through relu and dropout: a unit passed gradient iff it came out
     // positive, scaled like the kept units.
     const T scale = sb.drop ? static_cast<T>(1.0 / (1.0 - cfg_.dropout)) : T(1);
-    backend::relu_backward(dims(), u, hu(), N, scale, du.data(), dbh_.data());
-    backend::relu_backward(dims(), v, hv(), N, scale, dv.data(), dbd_.data());
-    backend::input_backward(dims(), weights(), grads(), sb.views, off, N, du.data(), dv.data(), xp.data(),
-                            packed.data());
+    backend::relu_backward(dims(), u, hu(), N, scale, du, dbh_.data());
+    backend::relu_backward(dims(), v, hv(), N, scale, dv, dbd_.data());
+    backend::input_backward(dims(), weights(), grads(), sb.views, off, N, du, dv, xp.data(), packed);
     for (std::size_t k = 0; k < count; ++k) detail::copy_rows(xp.data() + off[k] * n_in, dX[k]);
+}
+
+// Offsets, views, mode flags and the dropout seed of one training forward
+// (the same draw for full scores and labels at given heads).
+template <class T>
+template <class Items>
+void biaffine_scorer<T>::begin_saved(const Items& X, mode m, saved_batch& sb)
+{
+    const std::size_t count = X.size();
+    sb.off.resize(count + 1);
+    fill_offsets(X, sb.off.data());
+    sb.views.resize(count);
+    for (std::size_t k = 0; k < count; ++k) sb.views[k] = detail::read_only(X[k]);
+    sb.train = m == mode::train;
+    sb.softmax = softmax_in(m);
+    sb.drop = sb.train && cfg_.dropout > 0.0;
+    sb.seed = sb.drop ? rng_() : 0;
+    sb.kept = !cfg_.recompute_in_backward;
 }
 
 }  // namespace biaffine

@@ -130,6 +130,11 @@ struct avx2_backend {
     // dU = sum_k dT_k W_k^T with each label's W_k^T packed, then dW_k +=
     // Ua^T dT_k over chunks of dw_chunk rows, each chunk of Ua transposed
     // into `packed` and dT read in place.
+    // Labels at given heads: o * hv per dependent on gathered rows of T,
+    // no GEMM to pack for; Eigen's products serve it.
+    static constexpr auto head_scores = &eigen_backend<float>::head_scores;
+    static constexpr auto head_scores_backward = &eigen_backend<float>::head_scores_backward;
+
     static void bilinear_left_backward(const scorer_dims& d, const T* w, const T* u, std::size_t N, const T* dt,
                                        T* du, T* dw, T* packed)
     {

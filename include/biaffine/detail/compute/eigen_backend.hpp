@@ -104,6 +104,41 @@ void bilinear_right_backward(const_row_map<T> va, const T* t_rows, std::size_t l
     dtr.noalias() = dsm.transpose() * va;
 }
 
+/// Label scores at given heads for one split: `y [n, o]`, row m =
+/// `T[head_rows[m]]` viewed `[o, hv]` times `va[m]`. `head_rows` index the
+/// packed rows of T (the split's offset included), so each dependent costs
+/// o * hv multiply-adds and no `[n, n, o]` block is ever formed.
+template <class T>
+void head_scores(const_row_map<T> va, const T* t, const std::size_t* head_rows, std::size_t labels, seq_view<T> y)
+{
+    const auto hv = va.cols();
+    const auto o = static_cast<Eigen::Index>(labels);
+    auto ym = y.map();
+    for (Eigen::Index m = 0; m < va.rows(); ++m) {
+        Eigen::Map<const row_matrix<T>> tm(t + head_rows[m] * labels * static_cast<std::size_t>(hv), o, hv);
+        ym.row(m).noalias() = va.row(m) * tm.transpose();
+    }
+}
+
+/// Backward of head_scores: `dVa[m] = dy[m] . T[head_rows[m]]` (overwritten)
+/// and `dT[head_rows[m]] += dy[m]^T . va[m]` (accumulated: several dependents
+/// may share a head).
+template <class T>
+void head_scores_backward(const_row_map<T> va, const T* t, const std::size_t* head_rows, std::size_t labels,
+                          seq_view<const T> dy, row_map<T> dva, T* dt)
+{
+    const auto hv = va.cols();
+    const auto o = static_cast<Eigen::Index>(labels);
+    const auto dym = dy.map();
+    for (Eigen::Index m = 0; m < va.rows(); ++m) {
+        const std::size_t at = head_rows[m] * labels * static_cast<std::size_t>(hv);
+        Eigen::Map<const row_matrix<T>> tm(t + at, o, hv);
+        Eigen::Map<row_matrix<T>> dtm(dt + at, o, hv);
+        dva.row(m).noalias() = dym.row(m) * tm;
+        dtm.noalias() += dym.row(m).transpose() * va.row(m);
+    }
+}
+
 /// The scorer's compute on Eigen. Every operation of a backend, with the
 /// shapes the scorer passes (N packed rows of a batch, h = hidden):
 ///
@@ -114,6 +149,8 @@ void bilinear_right_backward(const_row_map<T> va, const T* t_rows, std::size_t l
 ///   bilinear_left(d, w, u, N, t, packed)           t [N, o * hv] = u W'
 ///   split_scores(va, t_rows, o, s, packed)          one split's s [n, n * o] = va Tr^T
 ///   split_scores_backward(va, t_rows, o, ds, dva, dt_rows)
+///   head_scores(va, t, head_rows, o, y)             one split's y [n, o] at given heads
+///   head_scores_backward(va, t, head_rows, o, dy, dva, dt)   dva overwritten, dt += (packed rows)
 ///   bilinear_left_backward(d, w, u, N, dt, du, dw, packed)   du = dT W'^T, dW += u^T dT
 ///   relu_backward(d, a, width, N, scale, dz, db)   dz through relu (and dropout's scale), db += sums
 ///   input_backward(d, w, g, X, off, N, dzu, dzv, xp, packed)
@@ -151,6 +188,18 @@ struct eigen_backend {
                                       score_view<const T> ds, row_map<T> dva, T* dt_rows)
     {
         bilinear_right_backward<T>(va, t_rows, labels, ds, dva, dt_rows);
+    }
+
+    static void head_scores(const_row_map<T> va, const T* t, const std::size_t* head_rows, std::size_t labels,
+                            seq_view<T> y)
+    {
+        detail::head_scores<T>(va, t, head_rows, labels, y);
+    }
+
+    static void head_scores_backward(const_row_map<T> va, const T* t, const std::size_t* head_rows,
+                                     std::size_t labels, seq_view<const T> dy, row_map<T> dva, T* dt)
+    {
+        detail::head_scores_backward<T>(va, t, head_rows, labels, dy, dva, dt);
     }
 
     static void bilinear_left_backward(const scorer_dims& d, const T* w, const T* u, std::size_t N, const T* dt,
