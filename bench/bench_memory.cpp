@@ -64,6 +64,8 @@ namespace {
 /// --md are bb::common_flags.
 struct options : bb::common_flags {
     std::vector<std::string> modes{"naive", "batched", "streaming"};
+    bool recompute = false;  // scorer_config::recompute_in_backward
+    bool logits = false;     // scorer_config::train_outputs = logits
     bool one = false;
     bool dry_run = false;
     std::string replot;  // JSON lines of an earlier run to re-render
@@ -75,7 +77,7 @@ struct options : bb::common_flags {
     }
     void add_flags(bb::flag_table& t)
     {
-        t.add("--modes", modes).add("--one", one).add("--dry-run", dry_run).add("--replot", replot);
+        t.add("--modes", modes).add("--recompute", recompute).add("--logits", logits).add("--one", one).add("--dry-run", dry_run).add("--replot", replot);
         t.add("--csv", csv).add("--svg", svg);
     }
 };
@@ -94,6 +96,10 @@ Usage: bench_memory [flags]
   --threads N        passed to the library's thread option when it has one
                      (otherwise the run is single-threaded and says so)
   --train            forward + backward (streaming has no training path: skipped)
+  --recompute        train with scorer_config::recompute_in_backward: nothing
+                     but split views kept between forward and backward
+  --logits           train returning logits (train_output::logits): no copy
+                     of the outputs kept for the softmax backward
   --max-gb X         skip configurations whose predicted memory (input
                      document + working set + outputs) exceeds X GiB (default 8)
   --json             one JSON object per configuration per line on stdout
@@ -145,10 +151,21 @@ struct prediction {
     double total() const { return run_bytes + input_bytes; }
 };
 
-prediction predict(const std::string& m, std::size_t tokens, std::size_t labels, bool train, std::uint64_t budget)
+/// The scorer of a configuration: the workload's, with --recompute / --logits.
+biaffine::scorer_config config_for(const options& o, std::size_t labels)
 {
+    biaffine::scorer_config c = bb::scorer_config_for(labels);
+    c.recompute_in_backward = o.recompute;
+    if (o.logits) c.train_outputs = biaffine::train_output::logits;
+    return c;
+}
+
+prediction predict(const options& opt, const std::string& m, std::size_t tokens, std::size_t labels)
+{
+    const bool train = opt.train;
+    const std::uint64_t budget = budget_bytes(opt);
     const bb::workload w = bb::make_workload(tokens, labels, /*with_doc=*/false);
-    biaffine::biaffine_scorer<float> s(bb::scorer_config_for(labels));
+    biaffine::biaffine_scorer<float> s(config_for(opt, labels));
     const double f = sizeof(float);
     const double b = static_cast<double>(w.splits.size()), L = static_cast<double>(w.max_len());
     const double N = static_cast<double>(tokens), o = static_cast<double>(labels);
@@ -168,8 +185,10 @@ prediction predict(const std::string& m, std::size_t tokens, std::size_t labels,
     } else if (m == "batched") {
         p.run_bytes = outputs + static_cast<double>(budget);
         if (train) {
-            // Every batch keeps U, V, T and its softmax outputs until backward; dX is input-sized.
-            p.run_bytes += outputs + N * (hu + hv + o * hv) * f + N * n_in * f;
+            // dX is input-sized; unless recomputing, every batch keeps U, V, T
+            // and (returning probabilities) its softmax outputs until backward.
+            p.run_bytes += N * n_in * f;
+            if (!opt.recompute) p.run_bytes += (opt.logits ? 0.0 : outputs) + N * (hu + hv + o * hv) * f;
         }
     } else if (m == "heads") {
         const double labels_out = N * o * f;
@@ -245,7 +264,7 @@ int run_one(const options& o)
     }
 
     bb::workload w = bb::make_workload(tokens, labels);
-    biaffine::biaffine_scorer<float> scorer(bb::scorer_config_for(labels));
+    biaffine::biaffine_scorer<float> scorer(config_for(o, labels));
     const bb::dims d = w.d;
     const std::size_t n_in = d.n_in, n_splits = w.splits.size(), L = w.max_len();
     // Inputs in the shape the pipeline takes, built before measuring (moves, no copies).
@@ -253,6 +272,9 @@ int run_one(const options& o)
     docs.push_back(std::move(w.doc));
     std::vector<std::vector<int>> lens{w.splits};
 
+    // Gradient buffers are allocated on first need; a trainer has them from
+    // its first step (zero_grad): parameters, like the weights, not counted.
+    if (o.train) scorer.zero_grad();
     biaffine::batch_options bopts;
     const int threads = bb::apply_threads(bopts, o.threads);
     auto model = biaffine::with_splits(biaffine::with_minibatch_by_padded_size(scorer, biaffine::budget::bytes(budget), bopts));
@@ -374,7 +396,7 @@ int run_one(const options& o)
     const double gflop = (m == "heads" ? heads_flops(d, static_cast<double>(tokens), o.train)
                                        : bb::true_flops(d, w.splits, o.train)) / 1e9;
     const double gflop_padded = bb::padded_flops(d, n_splits, L, o.train) / 1e9;
-    const prediction p = predict(m, tokens, labels, o.train, budget);
+    const prediction p = predict(o, m, tokens, labels);
     bb::json_line j;
     j.add("mode", m)
         .add("tokens", static_cast<std::uint64_t>(tokens))
@@ -382,6 +404,8 @@ int run_one(const options& o)
         .add("threads", threads)
         .add("threads_requested", o.threads)
         .add("train", o.train)
+        .add("recompute", o.recompute)
+        .add("logits", o.logits)
         .add("budget_bytes", budget)
         .add("splits", static_cast<std::uint64_t>(n_splits))
         .add("max_len", static_cast<std::uint64_t>(L))
@@ -396,6 +420,13 @@ int run_one(const options& o)
         .add("rss_before_bytes", rss_before)
         .add("rss_growth_bytes", max_rss > rss_before ? max_rss - rss_before : std::uint64_t(0))
         .add("input_bytes", static_cast<std::uint64_t>(tokens * n_in * sizeof(float)))
+        // The split-batched bound: outputs + budget, and in training what
+        // backprop needs by definition: the input-sized dX it returns and the
+        // per-split gradient views the caller hands it (naive has no bound).
+        .add("bound_bytes", r.outputs + budget +
+                                (o.train ? static_cast<std::uint64_t>(tokens * n_in * sizeof(float) +
+                                                                      n_splits * sizeof(biaffine::score_view<const float>))
+                                         : 0))
         .add("predicted_bytes", p.run_bytes)
         .add("seconds", r.seconds)
         .add("cpu_seconds", r.cpu_seconds)
@@ -477,7 +508,10 @@ std::string tables(const options& o, const std::vector<row>& rows, int threads_e
     std::ostringstream s;
     s << "Workload: one document per configuration, `n_in = 256` float32, sentences log-normal (median 18, "
          "sigma 0.6, clipped to [1, 100]); scorer `h = 128`, both bias columns; "
-      << (o.train ? "forward + backward (train mode)" : "inference") << "; budget " << o.budget_mb << " MiB; threads "
+      << (o.train ? std::string("forward + backward (train mode") + (o.recompute ? ", recompute_in_backward" : "") +
+                        (o.logits ? ", train_output::logits" : "") + ")"
+                  : std::string("inference"))
+      << "; budget " << o.budget_mb << " MiB; threads "
       << threads_effective
       << (bb::has_threads_member<biaffine::batch_options>::value ? "" : " (the library has no thread option: 1)")
       << ". CPU: " << bb::cpu_model()
@@ -552,7 +586,7 @@ std::string tables(const options& o, const std::vector<row>& rows, int threads_e
 
 void write_csv(const std::string& path, const std::vector<row>& rows)
 {
-    static const char* keys[] = {"mode", "tokens", "labels", "threads", "train", "budget_bytes", "splits",
+    static const char* keys[] = {"mode", "tokens", "labels", "threads", "train", "recompute", "logits", "budget_bytes", "splits",
                                  "max_len", "peak_bytes", "work_peak_bytes", "output_bytes", "heap_peak_bytes",
                                  "max_rss_bytes", "rss_growth_bytes", "predicted_bytes", "seconds", "cpu_seconds", "gflop",
                                  "gflop_padded", "gflops", "batches", "oversize", "skipped", "reason"};
@@ -678,6 +712,8 @@ int replot(options o)
         r.reason = bb::json_get(line, "reason").value_or("");
         r.predicted = r.skipped ? bb::json_num(line, "predicted_bytes") : 0;
         o.train = bb::json_get(line, "train").value_or("false") == "true";
+        o.recompute = bb::json_get(line, "recompute").value_or("false") == "true";
+        o.logits = bb::json_get(line, "logits").value_or("false") == "true";
         o.budget_mb = bb::json_num(line, "budget_bytes") / bb::mib;
         threads = static_cast<int>(bb::json_num(line, "threads", 1));
         rows.push_back(r);
@@ -716,7 +752,7 @@ int drive(const options& o, const char* argv0)
                         .add("reason", why);
                     r.line = skip.str();
                 };
-                const prediction p = predict(m, t, l, o.train, budget);
+                const prediction p = predict(o, m, t, l);
                 if (m == "streaming" && o.train) {
                     skipped("n/a (no training stream)", 0);
                 } else if (o.dry_run) {
@@ -733,6 +769,8 @@ int drive(const options& o, const char* argv0)
                                                   std::to_string(t), "--labels", std::to_string(l), "--budget-mb",
                                                   fmt("%.17g", o.budget_mb), "--threads", std::to_string(o.threads)};
                     if (o.train) args.push_back("--train");
+                    if (o.recompute) args.push_back("--recompute");
+                    if (o.logits) args.push_back("--logits");
                     const auto [status, out] = run_child(args);
                     std::string line;
                     std::istringstream ss(out);

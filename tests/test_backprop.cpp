@@ -68,6 +68,7 @@ TEST_CASE("scorer and layer callbacks refuse a second call", "[backprop][scorer]
     cfg.hidden = 5;
     cfg.labels = 2;
     biaffine_scorer<double> s(cfg);
+    s.zero_grad();  // gradients exist from here (the first forward would allocate them inside the checks)
     xt::xtensor<double, 2> doc = xt::ones<double>({7, 4});
     const std::vector<seq_view<const double>> items{as_const_view(doc).rows_view(0, 3),
                                                     as_const_view(doc).rows_view(3, 4)};

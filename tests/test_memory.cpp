@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <xtensor/xtensor.hpp>
@@ -530,6 +531,120 @@ TEST_CASE("reported scratch covers what predict carves from a workspace", "[memo
                 s.predict_stream(items, [](std::size_t, score_view<const float>) {});
                 CHECK(sp.work_peak_bytes() > s0.current_bytes - s0.output_bytes);
             }
+        }
+    }
+}
+
+TEST_CASE("gradient buffers: none until a forward or a call that hands them out, then zeroed", "[memory][scorer]")
+{
+    scorer_config cfg;
+    cfg.n_in = 12;
+    cfg.hidden = 6;
+    cfg.labels = 3;
+    const std::uint64_t before = tracker().current_bytes();
+    biaffine_scorer<float> s(cfg);
+    std::uint64_t values = 0;
+    for (const auto& p : std::as_const(s).parameters()) {
+        values += p.size * sizeof(float);
+        REQUIRE(p.grad == nullptr);  // the const listing allocates nothing
+    }
+    // Construction: the parameter values only.
+    REQUIRE(tracker().current_bytes() - before == values);
+    REQUIRE_FALSE(s.has_gradients());
+
+    // Inference, set_parameter and initialize leave them unallocated.
+    std::mt19937 rng(4);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    std::vector<float> x(7 * cfg.n_in);
+    for (float& v : x) v = u(rng);
+    const std::vector<seq_view<const float>> items{{x.data(), 4, cfg.n_in, static_cast<std::ptrdiff_t>(cfg.n_in), 1},
+                                                   {x.data() + 4 * cfg.n_in, 3, cfg.n_in,
+                                                    static_cast<std::ptrdiff_t>(cfg.n_in), 1}};
+    (void)s.predict(items);
+    s.predict_stream(items, [](std::size_t, score_view<const float>) {});
+    s.set_parameter("head_bias", xt::xtensor<double, 1>(xt::ones<double>({cfg.hidden})));
+    s.initialize(9);
+    REQUIRE_FALSE(s.has_gradients());
+    REQUIRE(tracker().current_bytes() - before == values);
+
+    // The non-const parameters() hands out valid, zeroed gradients: one
+    // more parameter-sized allocation, exactly.
+    auto params = s.parameters();
+    REQUIRE(s.has_gradients());
+    REQUIRE(tracker().current_bytes() - before == 2 * values);
+    for (const auto& p : params) {
+        REQUIRE(p.grad != nullptr);
+        for (std::size_t i = 0; i < p.size; ++i) REQUIRE(p.grad[i] == 0.f);
+    }
+    (void)s.parameters();
+    s.zero_grad();
+    REQUIRE(tracker().current_bytes() - before == 2 * values);  // allocated once
+
+    // A forward in any mode allocates them (its callback accumulates into them).
+    biaffine_scorer<float> t(cfg);
+    auto fw = t.forward(items, mode::eval);
+    REQUIRE(t.has_gradients());
+    // So do the d_*() accessors, with zeros.
+    biaffine_scorer<float> r(cfg);
+    REQUIRE(r.d_bilinear_weight().size() == cfg.labels * (cfg.hidden + 1) * (cfg.hidden + 1));
+    REQUIRE(r.has_gradients());
+    for (float g : r.d_head_weight()) REQUIRE(g == 0.f);
+}
+
+TEST_CASE("training with recompute_in_backward peaks within outputs + budget + dX", "[memory][scorer][with_splits]")
+{
+    // Everything a training step keeps beyond its batch (the batcher's
+    // input-order index, the saved split views, with_splits' lengths and dX
+    // views, the gradient snapshot) is paid out of the budget: the peak from
+    // forward to the end of backprop is at most the outputs, the budget, the
+    // input-sized dX and the caller's own per-split gradient views.
+    std::mt19937 rng(11);
+    for (const train_output to : {train_output::probabilities, train_output::logits}) {
+        for (const std::size_t o : {std::size_t(1), std::size_t(3)}) {
+            scorer_config cfg;
+            cfg.n_in = 32;
+            cfg.hidden = 16;
+            cfg.labels = o;
+            cfg.recompute_in_backward = true;
+            cfg.train_outputs = to;
+            biaffine_scorer<float> s(cfg);
+            s.zero_grad();  // the gradients are parameters: allocated before the step, not counted
+            std::vector<xt::xtensor<float, 2>> docs;
+            std::vector<std::vector<int>> lengths;
+            std::uint64_t dx_bytes = 0;
+            std::size_t n_splits = 0;
+            for (int d = 0; d < 3; ++d) {
+                std::vector<int> l(300);
+                int rows = 0;
+                for (int& n : l) rows += n = std::uniform_int_distribution<int>(1, 25)(rng);
+                xt::xtensor<float, 2> doc = xt::zeros<float>({static_cast<std::size_t>(rows), cfg.n_in});
+                for (float& v : doc) v = std::uniform_real_distribution<float>(-1.f, 1.f)(rng);
+                docs.push_back(std::move(doc));
+                lengths.push_back(std::move(l));
+                dx_bytes += static_cast<std::uint64_t>(rows) * cfg.n_in * sizeof(float);
+                n_splits += 300;
+            }
+            const std::uint64_t B = 256 << 10;
+            auto batcher = with_minibatch_by_padded_size(s, budget::bytes(B));
+            auto pipe = with_splits(batcher);
+            INFO("o=" << o << " logits=" << (to == train_output::logits));
+            const std::uint64_t before = tracker().current_bytes();
+            const std::uint64_t out_before = tracker().stats().output_bytes;
+            std::uint64_t peak = 0, outputs = 0;
+            {
+                scoped_peak sp;
+                auto fw = pipe.forward(docs, lengths, mode::train);
+                outputs = tracker().stats().output_bytes - out_before;
+                const auto views = decltype(pipe)::grad_views(fw.first);
+                const auto dX = fw.second(span<const score_view<const float>>(views.data(), views.size()));
+                REQUIRE(dX.size() == docs.size());
+                peak = sp.peak_increase();
+            }
+            REQUIRE(batcher.batch_count() > 10);  // many batches, the bound is not trivial
+            const std::uint64_t view_bytes = n_splits * sizeof(score_view<const float>);
+            INFO("peak " << peak << " outputs " << outputs << " dX " << dx_bytes << " views " << view_bytes);
+            REQUIRE(peak <= outputs + B + dx_bytes + view_bytes);
+            REQUIRE(tracker().current_bytes() == before);
         }
     }
 }

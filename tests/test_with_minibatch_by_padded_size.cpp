@@ -176,12 +176,18 @@ void check_byte_budget(std::mt19937& rng, Inner& inner, const sizes& lengths, st
     auto layer = with_minibatch_by_padded_size(spy, budget::bytes(budget_bytes), opts);
     const item_set<T> items = make_items<T>(rng, lengths, inner.n_in());
     const std::uint64_t own = layer.bookkeeping_bytes(n);
-    INFO("n=" << n << " budget=" << budget_bytes << " bookkeeping=" << own << " buffer=" << buffer);
-    if (own >= budget_bytes) {
-        REQUIRE_THROWS_AS(layer.predict(items.views), budget_error);
+    // A training forward also pays what it keeps until backprop.
+    const std::uint64_t kept = m == mode::eval || n == 0 ? 0 : layer.kept_bytes(n, m);
+    INFO("n=" << n << " budget=" << budget_bytes << " bookkeeping=" << own << " kept=" << kept << " buffer=" << buffer);
+    if (own + kept >= budget_bytes) {
+        if (m == mode::eval) {
+            REQUIRE_THROWS_AS(layer.predict(items.views), budget_error);
+        } else {
+            REQUIRE_THROWS_AS(layer.forward(items.views, m), budget_error);
+        }
         return;
     }
-    const std::uint64_t limit = budget_bytes - own;
+    const std::uint64_t limit = budget_bytes - own - kept;
     // What the planner charges a batch: the inner layer's report plus the
     // list of score tensors it hands back.
     auto cost = [&](std::size_t c, std::size_t l) {
@@ -215,7 +221,7 @@ void check_byte_budget(std::mt19937& rng, Inner& inner, const sizes& lengths, st
         if (bytes > limit) {
             REQUIRE(c.lengths.size() == 1);
         } else {
-            REQUIRE(bytes <= budget_bytes - own);
+            REQUIRE(bytes <= budget_bytes - own - kept);
         }
     }
     REQUIRE(layer.oversize_count() == lone_oversize);
@@ -381,6 +387,58 @@ TEST_CASE("with_minibatch_by_padded_size: threads give the one-thread results, s
             REQUIRE(mismatches == 0);
             for (int x : seen) REQUIRE(x == 1);
             REQUIRE(tracker().peak_bytes() - before <= threads * b.value);
+        }
+    }
+}
+
+TEST_CASE("with_minibatch_by_padded_size: a stream on threads peaks at every thread's block for the largest batch, "
+          "however long the list", "[with_minibatch_by_padded_size][threads][memory]")
+{
+    // Each thread holds one block sized for the largest batch of the plan
+    // for the whole call, so the tracker's peak is threads x (that block +
+    // the per-thread bookkeeping), exactly, in every run: it does not depend
+    // on which batches happened to run at the same time, nor grow with the
+    // number of buffers. The long list repeats the short one 8 times (buffer
+    // 8 divides 40, so it plans the same batches, 8 times over).
+    std::mt19937 rng(77);
+    scorer_config c;
+    c.n_in = 16;
+    c.hidden = 8;
+    c.labels = 2;
+    c.seed = 3;
+    biaffine_scorer<float> sc(c);
+    const sizes base = random_lengths(rng, 40, 30);
+    sizes repeated;
+    for (int r = 0; r < 8; ++r) repeated.insert(repeated.end(), base.begin(), base.end());
+    const budget b = budget::bytes(96 * 1024);
+    batch_options o;
+    o.buffer = 8;
+    o.threads = 2;
+    auto layer = with_minibatch_by_padded_size(sc, b, o);
+    for (const sizes* lengths : {&base, static_cast<const sizes*>(&repeated)}) {
+        const item_set<float> items = make_items<float>(rng, *lengths, c.n_in);
+        const std::size_t n = lengths->size();
+        const std::uint64_t own = layer.bookkeeping_bytes(n);
+        auto cost = [&](std::size_t count, std::size_t len) { return layer.planned_bytes(count, len, mode::eval); };
+        std::uint64_t largest = 0;
+        for (const auto& batch : th::reference_batches(*lengths, o.buffer, cost, b.value - own)) {
+            std::size_t mx = 0;
+            for (auto i : batch) mx = std::max(mx, (*lengths)[i]);
+            REQUIRE(cost(batch.size(), mx) <= b.value - own);  // no oversize split in this workload
+            largest = std::max(largest, sc.cost(batch.size(), mx, mode::eval).scratch);
+        }
+        const std::uint64_t threads = layer.threads_for(n);
+        const std::uint64_t want = threads * (own + detail::round_up_bytes(largest));
+        for (int run = 0; run < 3; ++run) {
+            INFO("n=" << n << " threads=" << threads << " run " << run);
+            std::size_t delivered = 0;
+            const std::uint64_t before = tracker().current_bytes();
+            tracker().reset_peak();
+            layer.predict_stream(items.views, [&](std::size_t, score_view<const float>) { ++delivered; });
+            REQUIRE(delivered == n);
+            REQUIRE(tracker().peak_bytes() - before == want);
+            REQUIRE(tracker().current_bytes() == before);
+            REQUIRE(want <= threads * b.value);
         }
     }
 }

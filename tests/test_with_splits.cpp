@@ -92,7 +92,17 @@ void pipeline_workload(std::mt19937& rng, int trial)
         // with_splits' per-document index is paid from the budget too
         const std::uint64_t index = n_docs * (sizeof(seq_view<const T>) + sizeof(std::size_t)) + sizeof(std::size_t);
         // (at least one split's bookkeeping: less is refused when the layer is built)
-        value = probe.bookkeeping_bytes(std::max<std::size_t>(n_splits, 1)) + index + 1 + static_cast<std::uint64_t>(std::exp2(e));
+        value = probe.bookkeeping_bytes(std::max<std::size_t>(n_splits, 1)) + index + 1 +
+                static_cast<std::uint64_t>(std::exp2(e));
+        {
+            // A forward (run below in either mode) also pays what it keeps
+            // until backprop: the batcher's (kept_bytes) and with_splits'
+            // (lengths, dX views).
+            const auto pad_probe =
+                with_minibatch_by_padded_size(with_pad_seq_unpad_matrix(scorer), budget::items(1), opts);
+            value += std::max(probe.kept_bytes(n_splits, m), pad_probe.kept_bytes(n_splits, m)) +
+                     n_splits * (sizeof(std::size_t) + sizeof(seq_view<T>));
+        }
     } else {
         value = std::uniform_int_distribution<std::uint64_t>(1, 400)(rng);
     }

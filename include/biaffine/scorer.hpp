@@ -114,7 +114,9 @@ std::size_t packed_count(const char* what, std::uint64_t rows, Ts... cols)
 /// only gradients). `forward*` (dropout generator) and the backprop callbacks
 /// (gradient accumulation) must not run concurrently with each other on one
 /// scorer. Changing parameters (`set_parameter`, `load_npy`, `initialize`,
-/// an optimiser step, `zero_grad`) must not overlap any other call.
+/// an optimiser step, `zero_grad`) must not overlap any other call. Nor may
+/// the call that allocates the gradients (see has_gradients()): on a scorer
+/// that has none yet, call the d_*() accessors from one thread at a time.
 ///
 /// Non-finite inputs: NaN / Inf in one split's rows reach that split's scores
 /// only (eval: a NaN token's row and column; train: the softmax spreads it
@@ -136,7 +138,8 @@ public:
 
     /// Allocates and initialises the parameters from `cfg.seed`: Xavier-uniform
     /// for the bilinear weight, the usual Linear init (U(+-1/sqrt(n_in))) for
-    /// the projections. Gradients start at zero.
+    /// the projections. Gradient buffers are not allocated yet: see
+    /// has_gradients().
     explicit biaffine_scorer(const scorer_config& cfg) : cfg_(cfg), rng_(cfg.seed ^ 0x9e3779b97f4a7c15ULL)
     {
         if (cfg.n_in == 0 || cfg.hidden == 0 || cfg.labels == 0) {
@@ -160,11 +163,6 @@ public:
         bh_ = tensor<T, 1>::from_shape({h});
         bd_ = tensor<T, 1>::from_shape({h});
         w_ = tensor<T, 3>::from_shape({cfg.labels, hu(), hv()});
-        dwh_ = xt::zeros_like(wh_);
-        dwd_ = xt::zeros_like(wd_);
-        dbh_ = xt::zeros_like(bh_);
-        dbd_ = xt::zeros_like(bd_);
-        dw_ = xt::zeros_like(w_);
         initialize(cfg.seed);
     }
 
@@ -212,11 +210,21 @@ public:
     const tensor<T, 2>& dependent_weight() const noexcept { return wd_; }   ///< Wd `[h, n_in]`
     const tensor<T, 1>& dependent_bias() const noexcept { return bd_; }     ///< bd `[h]`
     const tensor<T, 3>& bilinear_weight() const noexcept { return w_; }     ///< W `[o, hu, hv]`
-    const tensor<T, 2>& d_head_weight() const noexcept { return dwh_; }     ///< dL/dWh `[h, n_in]`
-    const tensor<T, 1>& d_head_bias() const noexcept { return dbh_; }       ///< dL/dbh `[h]`
-    const tensor<T, 2>& d_dependent_weight() const noexcept { return dwd_; } ///< dL/dWd `[h, n_in]`
-    const tensor<T, 1>& d_dependent_bias() const noexcept { return dbd_; }  ///< dL/dbd `[h]`
-    const tensor<T, 3>& d_bilinear_weight() const noexcept { return dw_; }  ///< dL/dW `[o, hu, hv]`
+    // The d_*() accessors allocate the gradients (zeroed) if none exist yet.
+    const tensor<T, 2>& d_head_weight() const { return ensure_gradients().dwh_; }      ///< dL/dWh `[h, n_in]`
+    const tensor<T, 1>& d_head_bias() const { return ensure_gradients().dbh_; }        ///< dL/dbh `[h]`
+    const tensor<T, 2>& d_dependent_weight() const { return ensure_gradients().dwd_; } ///< dL/dWd `[h, n_in]`
+    const tensor<T, 1>& d_dependent_bias() const { return ensure_gradients().dbd_; }   ///< dL/dbd `[h]`
+    const tensor<T, 3>& d_bilinear_weight() const { return ensure_gradients().dw_; }   ///< dL/dW `[o, hu, hv]`
+
+    /// Whether the gradient buffers exist. An inference-only scorer never
+    /// allocates them (they are as large as the parameters): they are
+    /// allocated, zeroed, by the first forward / forward_padded (any mode:
+    /// its callback accumulates into them), non-const parameters(),
+    /// zero_grad() or d_*() accessor. predict*, cost, set_parameter,
+    /// initialize, the const parameters() (grad == nullptr until then),
+    /// save_npy and load_npy leave them unallocated.
+    bool has_gradients() const noexcept { return has_grads_; }
 
     /// A parameter with its gradient, for optimisers and serialisation
     /// (`P` = T, or const T from the const overload of parameters()).
@@ -232,9 +240,15 @@ public:
     using const_parameter = basic_parameter<const T>;
 
     /// All five parameters, in the order head_weight, head_bias,
-    /// dependent_weight, dependent_bias, bilinear_weight.
-    std::vector<parameter> parameters() { return all_parameters<T>(*this); }
-    /// The same, read-only.
+    /// dependent_weight, dependent_bias, bilinear_weight. Allocates the
+    /// gradients (zeroed) if none exist yet, so `grad` is always valid.
+    std::vector<parameter> parameters()
+    {
+        ensure_gradients();
+        return all_parameters<T>(*this);
+    }
+    /// The same, read-only; allocates nothing: `grad` is nullptr while
+    /// has_gradients() is false.
     std::vector<const_parameter> parameters() const { return all_parameters<const T>(*this); }
 
     /// Overwrites the parameter `name` (one of the names of parameters()) with
@@ -243,7 +257,7 @@ public:
     template <class E>
     void set_parameter(const std::string& name, const E& value)
     {
-        for (parameter& p : parameters()) {
+        for (parameter& p : all_parameters<T>(*this)) {  // values only: no gradients allocated
             if (name != p.name) continue;
             std::vector<std::size_t> got(value.shape().begin(), value.shape().end());
             if (got != p.shape) {
@@ -373,8 +387,8 @@ private:
     template <class P, class Self>
     static std::vector<basic_parameter<P>> all_parameters(Self& s)
     {
-        auto p = [](const char* name, auto& a, auto& g) {
-            return basic_parameter<P>{name, a.data(), g.data(), a.size(),
+        auto p = [&s](const char* name, auto& a, auto& g) {
+            return basic_parameter<P>{name, a.data(), s.has_grads_ ? g.data() : nullptr, a.size(),
                                       std::vector<std::size_t>(a.shape().begin(), a.shape().end())};
         };
         return {p("head_weight", s.wh_, s.dwh_), p("head_bias", s.bh_, s.dbh_), p("dependent_weight", s.wd_, s.dwd_),
@@ -391,6 +405,21 @@ private:
         return {wh_.data(), bh_.data(), wd_.data(), bd_.data(), w_.data()};
     }
     detail::grads_ref<T> grads() noexcept { return {dwh_.data(), dbh_.data(), dwd_.data(), dbd_.data(), dw_.data()}; }
+
+    // Allocates the zeroed gradient buffers on first need (see has_gradients()).
+    // Logically const: the d_*() accessors hand out zeros either way.
+    const biaffine_scorer& ensure_gradients() const
+    {
+        if (!has_grads_) {
+            dwh_ = xt::zeros_like(wh_);
+            dwd_ = xt::zeros_like(wd_);
+            dbh_ = xt::zeros_like(bh_);
+            dbd_ = xt::zeros_like(bd_);
+            dw_ = xt::zeros_like(w_);
+            has_grads_ = true;
+        }
+        return *this;
+    }
 
     // Everything backward needs of one forward call.
     struct saved_batch {
@@ -515,9 +544,11 @@ private:
     tensor<T, 2> wh_, wd_;
     tensor<T, 1> bh_, bd_;
     tensor<T, 3> w_;
-    tensor<T, 2> dwh_, dwd_;
-    tensor<T, 1> dbh_, dbd_;
-    tensor<T, 3> dw_;
+    // Gradients: allocated on first need (ensure_gradients), never by inference.
+    mutable tensor<T, 2> dwh_, dwd_;
+    mutable tensor<T, 1> dbh_, dbd_;
+    mutable tensor<T, 3> dw_;
+    mutable bool has_grads_ = false;
 };
 
 }  // namespace biaffine

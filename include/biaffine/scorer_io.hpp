@@ -17,6 +17,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "biaffine/detail/checked.hpp"
@@ -248,12 +249,16 @@ void save_npy(const biaffine_scorer<T>& scorer, const std::string& dir)
 template <class T>
 void load_npy(biaffine_scorer<T>& scorer, const std::string& dir)
 {
-    auto params = scorer.parameters();
+    // The const listing: loading allocates no gradient buffers. The scorer
+    // itself is not const, so writing through its data pointers is fine.
+    const auto params = std::as_const(scorer).parameters();
     std::vector<tracked_vector<T>> values(params.size());
     for (std::size_t i = 0; i < params.size(); ++i) {
         detail::read_npy_checked(dir + "/" + params[i].name + ".npy", params[i].shape, values[i]);
     }
-    for (std::size_t i = 0; i < params.size(); ++i) std::copy(values[i].begin(), values[i].end(), params[i].data);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        std::copy(values[i].begin(), values[i].end(), const_cast<T*>(params[i].data));
+    }
 }
 
 template <class T>

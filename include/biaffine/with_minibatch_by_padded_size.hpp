@@ -170,12 +170,28 @@ public:
         return 2 * sizeof(seq_view<const T>) + 3 * sizeof(std::size_t) + sizeof(planned_batch);
     }
 
+    /// Bytes a forward over `n_items` splits keeps from its first batch to
+    /// the end of backprop beyond each batch's own cost: the input-order
+    /// index, what the inner layer saves per split whatever the batch
+    /// (its cost at length 0: with recompute_in_backward, the split views),
+    /// and the snapshot of the parameter gradients backprop takes. A forward
+    /// under a byte budget pays it out of the budget before planning, so
+    /// training with recomputation stays within outputs + budget + dX.
+    /// `Heads`: of a forward_heads (the inner layer's heads_cost).
+    template <bool Heads = false>
+    std::uint64_t kept_bytes(std::size_t n_items, mode m = mode::train) const
+    {
+        std::uint64_t kept = detail::checked_add(detail::checked_mul(n_items, sizeof(std::size_t), "kept bytes"),
+                                                 inner_cost<Heads>(n_items, 0, m).saved, "kept bytes");
+        return detail::checked_add(kept, detail::gradient_guard<T>::bytes(inner_), "kept bytes");
+    }
+
     /// Scores of every split, in input order: `[n_k, n_k(, o)]` each.
     template <class Items>
     score_list<T> predict(const Items& X) const
     {
         score_list<T> Y = placeholders(X.size());
-        run<false>(X, mode::eval, opts_.threads,
+        run<false>(X, mode::eval, opts_.threads, /*reserve=*/false, /*kept=*/0,
             [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t, auto&&) {
             score_list<T> Yb = inner_.predict(items);
             for (std::size_t j = 0; j < items.size(); ++j) Y[index[j]] = std::move(Yb[j]);
@@ -190,7 +206,7 @@ public:
     void predict_stream(const Items& X, Sink&& sink) const
     {
         std::mutex sink_mutex;  // the sink is never called concurrently
-        run<false>(X, mode::eval, opts_.threads,
+        run<false>(X, mode::eval, opts_.threads, /*reserve=*/true, /*kept=*/0,
             [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t, auto&& my_turn) {
                 bool turn_taken = false;
                 inner_.predict_stream(items, [&](std::size_t j, score_view<const T> s) {
@@ -230,7 +246,7 @@ public:
         static_assert(check_heads_layer<inner_type>());
         check_split_heads(X, H);
         score_list<T> Y = placeholders(X.size());
-        run<true>(X, mode::eval, opts_.threads,
+        run<true>(X, mode::eval, opts_.threads, /*reserve=*/false, /*kept=*/0,
                   [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t, auto&&) {
                       score_list<T> Yb = inner_.predict_heads(items, detail::indexed_heads<Heads>{&H, index});
                       for (std::size_t j = 0; j < items.size(); ++j) Y[index[j]] = std::move(Yb[j]);
@@ -246,7 +262,7 @@ public:
         static_assert(check_heads_layer<inner_type>());
         check_split_heads(X, H);
         std::mutex sink_mutex;
-        run<true>(X, mode::eval, opts_.threads,
+        run<true>(X, mode::eval, opts_.threads, /*reserve=*/false, /*kept=*/0,
                   [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t,
                       auto&& my_turn) {
                       bool turn_taken = false;
@@ -334,8 +350,8 @@ private:
         tracked_vector<batch_record> records;
         tracked_vector<std::size_t> index;
         index.reserve(n);
-        run<Heads>(X, m, 1, [&](span<const seq_view<const T>> items, span<const std::size_t> idx, std::size_t max_len,
-                                auto&&) {
+        run<Heads>(X, m, 1, /*reserve=*/false, kept_bytes<Heads>(n, m),
+                   [&](span<const seq_view<const T>> items, span<const std::size_t> idx, std::size_t max_len, auto&&) {
             auto [Yb, bp] = call(items, idx, m);
             records.push_back({index.size(), items.size(), max_len, std::move(bp)});
             for (std::size_t j = 0; j < items.size(); ++j) {
@@ -393,8 +409,14 @@ private:
     // reported scratch; with threads > 1 batches run concurrently. A batch
     // calls `my_turn()` before it delivers anything: it returns when every
     // earlier buffer has delivered, false if an earlier one failed.
+    // `reserve` (streaming: no batch output is allocated beside the
+    // workspace) gives each thread one block for the whole call, sized for
+    // the largest batch of the plan (buffer_schedule::reserve), under a byte
+    // budget. `kept` (forward: kept_bytes()) is paid out of a byte budget
+    // with the bookkeeping. `Heads`: batches cost the inner layer's
+    // heads_cost rather than its cost.
     template <bool Heads, class Items, class Batch>
-    void run(const Items& X, mode m, std::size_t threads, Batch&& batch) const
+    void run(const Items& X, mode m, std::size_t threads, bool reserve, std::uint64_t kept, Batch&& batch) const
     {
         const std::size_t n = X.size();
         if (n == 0) return;
@@ -420,6 +442,13 @@ private:
                 }
                 limit -= index;
             }
+            if (kept >= limit) {
+                throw budget_error(detail::msg("with_minibatch_by_padded_size: a budget of ", budget_.value,
+                                               " bytes does not cover what a forward over ", n, " splits keeps until "
+                                               "backprop (", kept, " bytes: the input-order index, the inner layer's "
+                                               "saved split views and the gradient snapshot) beside the bookkeeping"));
+            }
+            limit -= kept;
         }
         auto cost = [&](std::size_t count, std::size_t len) -> std::uint64_t {
             if (budget_.kind == budget_kind::padded_items) return detail::checked_mul(count, len, "padded size");
@@ -435,9 +464,10 @@ private:
             detail::batch_workspace w{c.scratch};
             // Under a byte budget the block kept from an earlier batch counts
             // against this one: reuse it only while it fits beside this
-            // batch's other memory (heap, outputs), else size it to this batch.
+            // batch's other memory (heap, outputs; a stream allocates no
+            // outputs), else size it to this batch.
             if (budget_.kind == budget_kind::bytes) {
-                const std::uint64_t others = planned<Heads>(count, len, m) - c.scratch;
+                const std::uint64_t others = reserve ? c.heap : planned<Heads>(count, len, m) - c.scratch;
                 w.keep = std::max(c.scratch, others < limit ? limit - others : 0);
             }
             return w;
@@ -451,6 +481,10 @@ private:
         s.oversize = opts_.oversize;
         s.oversize_count = &oversize_;
         s.batch_count = &batches_;
+        // Only under a byte budget: its batches' workspaces are within the
+        // budget, where an items budget bounds no bytes (a batch may need
+        // more than memory holds, and must fail in its turn, not up front).
+        s.reserve = reserve && budget_.kind == budget_kind::bytes;
         detail::run_buffers<T>(X, s, cost, workspace, batch);
     }
 

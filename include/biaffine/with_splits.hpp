@@ -62,8 +62,11 @@ class split_sequence {
 public:
     /// `docs` views, the caller's `lengths`, and `first_split[d]`, the index
     /// of document d's first split (n_docs + 1 entries, the last = size()).
-    split_sequence(span<const seq_view<const T>> docs, const Lengths& lengths, span<const std::size_t> first_split)
-        : docs_(docs), lengths_(&lengths), first_(first_split)
+    /// `kept`: further bytes its owner keeps for the whole call (reported
+    /// with the index by bookkeeping_bytes()).
+    split_sequence(span<const seq_view<const T>> docs, const Lengths& lengths, span<const std::size_t> first_split,
+                   std::uint64_t kept = 0)
+        : docs_(docs), lengths_(&lengths), first_(first_split), kept_(kept)
     {
         rewind(0);
     }
@@ -72,11 +75,12 @@ public:
     std::size_t size() const noexcept { return first_.empty() ? 0 : first_[first_.size() - 1]; }
 
     /// Tracked bytes of the per-document index behind this list (document
-    /// views, first-split offsets), alive for the whole call: a batcher
-    /// under a byte budget pays them out of the budget with its own.
+    /// views, first-split offsets), alive for the whole call, and what the
+    /// owner keeps besides (`kept`): a batcher under a byte budget pays them
+    /// out of the budget with its own.
     std::uint64_t bookkeeping_bytes() const noexcept
     {
-        return docs_.size() * sizeof(seq_view<const T>) + first_.size() * sizeof(std::size_t);
+        return docs_.size() * sizeof(seq_view<const T>) + first_.size() * sizeof(std::size_t) + kept_;
     }
 
     /// Split k as a view into its document.
@@ -132,6 +136,7 @@ private:
     span<const seq_view<const T>> docs_;
     const Lengths* lengths_;
     span<const std::size_t> first_;  // first split index of each document, n_docs + 1 entries
+    std::uint64_t kept_ = 0;
     mutable std::size_t k_ = 0, doc_ = 0, row_ = 0;
     mutable outer_iter outer_{};
     mutable inner_iter len_{};
@@ -193,7 +198,11 @@ public:
                                                     mode m = mode::train)
     {
         prepared p = prepare(docs, split_lengths);
-        auto [Y, inner_bp] = inner_.forward(p.sequence(split_lengths), m);
+        // Kept for backprop, paid out of the batcher's budget: the flat lengths
+        // and, in backprop, one input-gradient view per split.
+        const std::uint64_t kept = detail::checked_mul(p.first.back(), sizeof(std::size_t) + sizeof(seq_view<T>),
+                                                       "with_splits bookkeeping");
+        auto [Y, inner_bp] = inner_.forward(p.sequence(split_lengths, kept), m);
         const std::size_t n_in = inner_.n_in(), o = inner_.labels();
         // Training keeps the flat lengths for backward (the caller's may be gone).
         tracked_vector<std::size_t> lengths = flat_lengths(p, split_lengths);
@@ -317,10 +326,10 @@ private:
         tracked_vector<seq_view<const T>> docs;
         tracked_vector<std::size_t> first;
         template <class Lengths>
-        split_sequence<T, Lengths> sequence(const Lengths& lengths) const
+        split_sequence<T, Lengths> sequence(const Lengths& lengths, std::uint64_t kept = 0) const
         {
             return split_sequence<T, Lengths>(span<const seq_view<const T>>(docs.data(), docs.size()), lengths,
-                                              span<const std::size_t>(first.data(), first.size()));
+                                              span<const std::size_t>(first.data(), first.size()), kept);
         }
         std::size_t document_of(std::size_t k) const
         {

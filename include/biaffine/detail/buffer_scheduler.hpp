@@ -48,6 +48,15 @@ struct buffer_schedule {
     oversize_policy oversize = oversize_policy::run_alone; ///< a lone item over the limit
     counter* oversize_count = nullptr;                     ///< + 1 per oversize item run alone
     counter* batch_count = nullptr;                        ///< + the batches of every planned buffer
+    /// Every thread holds one workspace block for the whole call, sized for
+    /// the largest batch of the plan (a first planning pass over the list,
+    /// outputs-free), so the peak is threads x that block whichever batches
+    /// run together, and no block is freed and re-grown between batches. A
+    /// lone oversize split, or a batch whose batch_workspace::keep is below
+    /// the block (other memory beside it would pass the limit), gets a block
+    /// of its own for its run only. For callers that allocate no outputs
+    /// per batch (streaming), whose `keep` counts only the rest.
+    bool reserve = false;
 };
 
 /// The workspace of one batch: `scratch` bytes reserved; a block kept from an
@@ -84,6 +93,11 @@ public:
             b.global.resize(size);
             b.plan.resize(size);
         }
+        if (s_.reserve) reserve_ = largest_scratch();
+        // This thread's block, held until every helper has joined: with a
+        // reserve, every thread's block is then alive at once in every run,
+        // however late a helper starts.
+        workspace_scope keep_scratch(reserve_);
         std::vector<std::thread> helpers;
         helpers.reserve(s_.threads - 1);
         try {
@@ -144,7 +158,7 @@ private:
 
     void work()
     {
-        workspace_scope keep_scratch;  // this thread's block lives across batches
+        workspace_scope keep_scratch(reserve_);  // this thread's block lives across batches
         std::unique_lock<std::mutex> lock(mutex_);
         for (;;) {
             buffer* s = newest_;
@@ -176,6 +190,32 @@ private:
                 turn_.notify_all();
             }
         }
+    }
+
+    // The largest workspace of any batch within the limit, from planning
+    // every buffer once (O(items log buffer), nothing kept). An error is left
+    // to the real pass, which raises it in buffer order: then 0, no reserve.
+    std::uint64_t largest_scratch()
+    {
+        buffer& s = buffers_.front();
+        const std::size_t size = s.items.size();
+        std::uint64_t largest = 0;
+        try {
+            for (std::size_t begin = 0; begin < X_.size(); begin += size) {
+                const std::size_t count = std::min(size, X_.size() - begin);
+                for (std::size_t i = 0; i < count; ++i) s.lengths[i] = X_[begin + i].rows;
+                const std::size_t nb = plan_buffer(span<const std::size_t>(s.lengths.data(), count), s_.limit, cost_,
+                                                   span<std::size_t>(s.order.data(), count),
+                                                   span<planned_batch>(s.plan.data(), count));
+                for (std::size_t b = 0; b < nb; ++b) {
+                    const planned_batch& pb = s.plan[b];
+                    if (!pb.oversize) largest = std::max(largest, workspace_(pb.count, pb.max_len).scratch);
+                }
+            }
+        } catch (...) {
+            return 0;
+        }
+        return largest;
     }
 
     bool all_planned() const { return next_buffer_ * buffers_.front().items.size() >= X_.size(); }
@@ -241,7 +281,17 @@ private:
     void run_batch(const buffer& s, std::size_t b)
     {
         const planned_batch& pb = s.plan[b];
-        const batch_workspace w = workspace_(pb.count, pb.max_len);
+        batch_workspace w = workspace_(pb.count, pb.max_len);
+        if (s_.reserve) {
+            if (w.scratch <= reserve_ && reserve_ <= w.keep) {
+                w.scratch = w.keep = reserve_;  // the thread's block
+            } else {
+                // An oversize batch, or one whose other memory (an inner
+                // layer's heap) beside the reserved block would pass the
+                // limit: a block of its own for this batch only.
+                w.keep = w.scratch;
+            }
+        }
         workspace_scope ws(w.scratch, w.keep);
         const std::size_t index = s.index;
         batch_(span<const seq_view<const T>>(s.batch_items.data() + pb.first, pb.count),
@@ -259,6 +309,7 @@ private:
     std::condition_variable turn_{};  // a buffer finished, or a run failed
     std::vector<buffer> buffers_{};
     buffer* newest_ = nullptr;        // the last buffer planned
+    std::uint64_t reserve_ = 0;       // each thread's block (schedule.reserve)
     std::size_t next_buffer_ = 0;
     std::size_t failed_buffer_ = std::numeric_limits<std::size_t>::max();
     std::exception_ptr first_error_{};

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 #include <utility>
 
@@ -55,6 +56,24 @@ public:
             at += b.second;
         }
         armed_ = true;
+    }
+
+    /// At most the bytes capture(layer) takes: the snapshot, and the list of
+    /// buffers (below 3 entries per parameter while push_back grows it).
+    template <class Layer>
+    static std::uint64_t bytes(const Layer& layer)
+    {
+        if constexpr (has_parameters<const Layer>::value) {
+            std::uint64_t total = 0;
+            for (const auto& p : layer.parameters()) {
+                total += static_cast<std::uint64_t>(p.size) * sizeof(T) + 3 * sizeof(std::pair<T*, std::size_t>);
+            }
+            return total;
+        } else if constexpr (has_inner<const Layer>::value) {
+            return bytes(layer.inner());
+        } else {
+            return 0;
+        }
     }
 
     /// The guarded region succeeded: keep the new gradients.

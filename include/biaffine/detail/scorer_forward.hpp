@@ -216,6 +216,7 @@ typename biaffine_scorer<T>::backprop_type biaffine_scorer<T>::forward_into(cons
 {
     using backend = detail::compute_backend<T>;
     check_items(X);
+    ensure_gradients();  // the callback accumulates into them
     const std::size_t count = X.size(), o = cfg_.labels;
     saved_batch sb;
     begin_saved(X, m, sb);
