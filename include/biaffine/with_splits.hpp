@@ -240,7 +240,7 @@ public:
         static_assert(check_heads_layer<inner_type>());
         prepared p = prepare(docs, split_lengths);
         const auto lists = split_heads(p, split_lengths, heads);
-        return inner_.predict_heads(p.sequence(split_lengths), span_of(lists));
+        return inner_.predict_heads(p.sequence(split_lengths, heads_bytes(lists)), span_of(lists));
     }
 
     /// Streaming labels at given heads: `sink(split_index, doc_index,
@@ -251,7 +251,7 @@ public:
         static_assert(check_heads_layer<inner_type>());
         prepared p = prepare(docs, split_lengths);
         const auto lists = split_heads(p, split_lengths, heads);
-        inner_.predict_heads_stream(p.sequence(split_lengths), span_of(lists),
+        inner_.predict_heads_stream(p.sequence(split_lengths, heads_bytes(lists)), span_of(lists),
                                     [&](std::size_t k, seq_view<const T> y) { sink(k, p.document_of(k), y); });
     }
 
@@ -265,7 +265,13 @@ public:
         static_assert(check_heads_layer<inner_type>());
         prepared p = prepare(docs, split_lengths);
         const auto lists = split_heads(p, split_lengths, heads);
-        auto [Y, inner_bp] = inner_.forward_heads(p.sequence(split_lengths), span_of(lists), m);
+        // Paid out of the batcher's budget: the per-split heads spans, and as
+        // for forward() the flat lengths and one dX view per split.
+        const std::uint64_t kept = detail::checked_add(
+            heads_bytes(lists),
+            detail::checked_mul(p.first.back(), sizeof(std::size_t) + sizeof(seq_view<T>), "with_splits bookkeeping"),
+            "with_splits bookkeeping");
+        auto [Y, inner_bp] = inner_.forward_heads(p.sequence(split_lengths, kept), span_of(lists), m);
         const std::size_t n_in = inner_.n_in(), o = inner_.labels();
         tracked_vector<std::size_t> lengths = flat_lengths(p, split_lengths);
         heads_backprop_type bp([p = std::move(p), lengths = std::move(lengths), inner_bp = std::move(inner_bp), n_in,
@@ -377,6 +383,13 @@ private:
     static span<const typename V::value_type> span_of(const V& v)
     {
         return span<const typename V::value_type>(v.data(), v.size());
+    }
+
+    // Tracked bytes of the per-split heads spans (alive for the whole call).
+    template <class Lists>
+    static std::uint64_t heads_bytes(const Lists& lists) noexcept
+    {
+        return static_cast<std::uint64_t>(lists.size()) * sizeof(typename Lists::value_type);
     }
 
     // Split k's heads as a span into its document's heads, every index

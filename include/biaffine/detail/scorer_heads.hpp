@@ -287,6 +287,7 @@ typename biaffine_scorer<T>::heads_backprop_type biaffine_scorer<T>::forward_hea
     // Checked before the dropout seed is drawn: a bad call changes nothing.
     detail::check_heads("scorer", count, H, [&](std::size_t k) { return X[k].rows; },
                         [](std::size_t k) { return detail::msg("split ", k); });
+    ensure_gradients();  // the callback accumulates into them
     saved_batch sb;
     begin_saved(X, m, sb);
     const std::size_t N = sb.off[count];
