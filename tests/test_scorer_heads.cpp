@@ -699,12 +699,9 @@ TEST_CASE("labels at given heads: inference keeps exactly the [n, o] outputs, sc
         problem p = make_problem(3, o, {{40, 0, 1, 64, 7}});
         flat<float> f(p);
         biaffine_scorer<float> s(p.cfg);
-        std::uint64_t outputs = 0, rows = 0;
+        std::uint64_t outputs = 0;
         const std::size_t L = 64;
-        for (std::size_t n : f.lengths) {
-            outputs += std::uint64_t(n) * o * sizeof(float);
-            rows += n;
-        }
+        for (std::size_t n : f.lengths) outputs += std::uint64_t(n) * o * sizeof(float);
         INFO("o " << o);
         const std::uint64_t one_block = std::uint64_t(L) * L * o * sizeof(float);
         const batch_cost c = s.heads_cost(f.items.size(), L, mode::eval);
