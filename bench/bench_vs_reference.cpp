@@ -21,7 +21,9 @@
 //                   each batch and unpadding per-split outputs, as spaCy's
 //                   with_pad_seq_unpad_matrix does.
 //   gemm            one large Eigen GEMM [M, 1024] x [1024, 1024] with the
-//                   same FLOP count as ours' true work: the roofline.
+//                   same FLOP count as ours' true work.
+//   blas_gemm       the same product through libtorch's mm (its BLAS). The
+//                   faster of the two is the roofline.
 // GFLOP/s everywhere counts the true (length-aware) FLOPs of the workload,
 // so it reads as useful work per second; padded implementations execute
 // more (listed as "executed GFLOP"). Train = forward, a cross-entropy-like
@@ -67,7 +69,7 @@ struct case_cfg {
     int threads = 1;
     // Targets (issue 5); 0 = none.
     double min_speedup = 0;    // torch_batched median / ours median
-    double min_roofline = 0;   // ours GFLOP/s / gemm GFLOP/s
+    double min_roofline = 0;   // ours GFLOP/s / the faster GEMM's GFLOP/s
     double max_seconds = 0;    // ours median wall time
 };
 
@@ -94,10 +96,12 @@ struct options : bb::common_flags {
 std::vector<case_cfg> default_cases()
 {
     std::vector<case_cfg> c(4);
-    c[0].tokens = 100000, c[0].labels = 1, c[0].threads = 1, c[0].min_speedup = 2.5, c[0].min_roofline = 0.6;
+    // Issue 5's speed-ups and time, issue 14's 85% of the roofline.
+    c[0].tokens = 100000, c[0].labels = 1, c[0].threads = 1, c[0].min_speedup = 2.5;
     c[1].tokens = 20000, c[1].labels = 50, c[1].threads = 1, c[1].min_speedup = 5;
     c[2].tokens = 100000, c[2].labels = 1, c[2].threads = 1, c[2].train = true, c[2].min_speedup = 3;
     c[3].tokens = 1000000, c[3].labels = 1, c[3].threads = 2, c[3].max_seconds = 2.5;
+    for (case_cfg& x : c) x.min_roofline = 0.85;
     return c;
 }
 
@@ -886,25 +890,35 @@ std::string run_case(const options& opt, case_cfg cfg, std::ostream& log, bool j
             md << "- Eigen naive / ours: " << fmt("%.2fx", r) << "\n";
             summary.add("speedup_vs_eigen_naive", r);
         }
+        // The roofline is the faster GEMM of the run for the same FLOPs:
+        // Eigen's, or the BLAS one (libtorch's mm, on OpenBLAS's right kernels
+        // unless --keep-blas-core said otherwise).
+        double roof = 0;
+        const char* roof_name = "";
         if (g) {
             const double gg = g->executed_gflop / bb::median(g->times);
-            const double r = ours_gflops / gg;
-            const double rc = (g->executed_gflop / bb::median(g->cpu_times)) / (c.true_gflop / bb::median(o->cpu_times));
-            summary.add("fraction_of_gemm_cpu", 1.0 / rc);
+            md << "- Eigen GEMM: " << fmt("%.1f", gg) << " GFLOP/s; ours = " << fmt("%.0f%%", 100 * ours_gflops / gg)
+               << " of it\n";
+            summary.add("fraction_of_gemm", ours_gflops / gg).add("gemm_gflops", gg);
+            roof = gg, roof_name = "Eigen GEMM";
+        }
+        if (impl* bg = find("blas_gemm")) {
+            const double bgg = bg->executed_gflop / bb::median(bg->times);
+            md << "- BLAS GEMM (libtorch mm): " << fmt("%.1f", bgg) << " GFLOP/s; ours = "
+               << fmt("%.0f%%", 100 * ours_gflops / bgg) << " of it\n";
+            summary.add("blas_gemm_gflops", bgg);
+            if (bgg > roof) roof = bgg, roof_name = "BLAS GEMM";
+        }
+        if (roof > 0) {
+            const double r = ours_gflops / roof;
             md << "- ours at " << fmt("%.1f", ours_gflops) << " GFLOP/s = **" << fmt("%.0f%%", 100 * r)
-               << "** of the GEMM roofline (" << fmt("%.1f", gg) << " GFLOP/s; " << fmt("%.0f%%", 100 / rc)
-               << " by CPU time)"
+               << "** of the roofline (the faster GEMM of this run: " << roof_name << ", " << fmt("%.1f", roof)
+               << " GFLOP/s)"
                << (cfg.min_roofline > 0 ? (r >= cfg.min_roofline ? " (target >= " : " (MISSED target >= ") +
                                               fmt("%.0f%%)", 100 * cfg.min_roofline)
                                         : "")
                << "\n";
-            summary.add("fraction_of_gemm", r).add("gemm_gflops", gg);
-            if (impl* bg = find("blas_gemm")) {
-                const double bgg = bg->executed_gflop / bb::median(bg->times);
-                md << "- BLAS GEMM (libtorch mm): " << fmt("%.1f", bgg) << " GFLOP/s; ours = "
-                   << fmt("%.0f%%", 100 * ours_gflops / bgg) << " of it\n";
-                summary.add("blas_gemm_gflops", bgg);
-            }
+            summary.add("fraction_of_roofline", r).add("roofline_gflops", roof).add("roofline", roof_name);
         }
         md << "- ours: " << fmt("%.3f", ours_med) << " s wall (median)"
            << (cfg.max_seconds > 0 ? (ours_med <= cfg.max_seconds ? " (target < " : " (MISSED target < ") +

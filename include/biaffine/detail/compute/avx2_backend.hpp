@@ -3,10 +3,11 @@
 // on an AVX2 AMD EPYC; see config.hpp for the numbers).
 //
 // What it changes against eigen_backend<float>:
-//   - the projections read X in place and pack only Wh^T / Wd^T; bias and
-//     relu are applied in registers before the one store;
+//   - the projections read X's packed rows in place, a row block for both
+//     projections at a time, and pack only Wh^T and Wd^T; bias and relu are
+//     applied in registers before the one store;
 //   - T = U W' reads each label's block of W in place (its last hv % 16
-//     columns packed);
+//     columns packed, or one column as a matrix-vector product);
 //   - a split's scores S = Va Tr^T are computed as (Tr Va^T)^T with a
 //     transposed store, so only Va^T is packed, never the n * o rows of Tr;
 //     where the kernel's 16-column panels over n would be mostly empty the
@@ -52,58 +53,79 @@ struct avx2_backend {
     static constexpr const char* name = "avx2";
     /// What runs each operation, for benches and logs.
     static constexpr const char* operations =
-        "projections (bias + ReLU fused), U.W', dU, dW, input backward: AVX2/FMA 6x16 kernel; per-split scores: "
+        "projections (bias + ReLU fused), U.W' (a last odd column: Eigen matrix-vector), dU, dW, input backward: "
+        "AVX2/FMA 6x16 kernel; per-split scores: "
         "row_dots (n <= BIAFFINE_ROW_DOTS_MAX_N), the kernel where its panels fill (use_kernel_scores), else Eigen "
         "GEMM; per-split score backward: row_dots or Eigen GEMM";
     /// Rows of the weight-gradient products summed per kernel call.
     static constexpr std::size_t dw_chunk = BIAFFINE_AVX2_DW_CHUNK;
 
-    /// The packed block of inference: Wh^T or Wd^T, the last hv % 16 columns
+    /// The packed block of inference: Wh^T and Wd^T, the last hv % 16 columns
     /// of one label's block of W, or one split's Va^T, one at a time.
     static std::size_t packed_elements(const scorer_dims& d, std::size_t max_len) noexcept
     {
-        return std::max({gemm_packed_size(d.n_in, d.hidden), gemm_packed_size(d.hu(), d.hv() % gemm_panel),
+        return std::max({2 * gemm_packed_size(d.n_in, d.hidden), gemm_packed_size(d.hu(), d.hv() % gemm_panel),
                          gemm_packed_size(d.hv(), max_len)});
     }
 
     /// The packed block of training: the forward's; for dU = dT W^T one
     /// label's W^T; for dW += Ua^T dT a chunk of Ua^T and the tail of dT's
-    /// panels; for dWh^T += X^T dZ the tail of dZ's; for dX = dZ W, Wh or Wd.
+    /// panels; for dW += dZ^T X a chunk of dZ^T and the tail of X's panels;
+    /// for dX = dZu Wh + dZv Wd, Wh and Wd.
     static std::size_t train_packed_elements(const scorer_dims& d, std::size_t max_len) noexcept
     {
         const std::size_t h = d.hidden, panel = gemm_panel;
         return std::max({packed_elements(d, max_len), gemm_packed_size(d.hv(), d.hu()),
                          d.hu() * dw_chunk + gemm_packed_size(dw_chunk, d.hv() % panel),
-                         gemm_packed_size(dw_chunk, h % panel), gemm_packed_size(h, d.n_in)});
+                         h * dw_chunk + gemm_packed_size(dw_chunk, d.n_in % panel), 2 * gemm_packed_size(h, d.n_in)});
     }
 
+    // Both weights packed at once, then U and V by row blocks, so each
+    // block of X is read from memory once for both projections.
     static void projections(const scorer_dims& d, const weights_ref<T>& w, const T* xp, std::size_t N, T* u, T* v,
                             T* packed)
     {
         if (N == 0) return;
-        const std::size_t n_in = d.n_in, h = d.hidden;
+        const std::size_t n_in = d.n_in, h = d.hidden, wsize = gemm_packed_size(n_in, h);
         const auto n_in_s = static_cast<std::ptrdiff_t>(n_in);
-        for (int which = 0; which < 2; ++which) {
-            const T* wm = which == 0 ? w.wh : w.wd;
-            const T* b = which == 0 ? w.bh : w.bd;
-            const bool bias = which == 0 ? d.bias_u : d.bias_v;
-            T* out = which == 0 ? u : v;
-            const std::size_t width = h + (bias ? 1 : 0);
-            gemm_pack_b(wm, 1, n_in_s, n_in, h, packed);  // W^T: (k, m) = W[m, k]
-            gemm_bias_relu(xp, n_in_s, N, n_in, packed, h, b, true, out, static_cast<std::ptrdiff_t>(width));
-            if (bias) {
-                for (std::size_t r = 0; r < N; ++r) out[r * width + h] = T(1);
-            }
+        gemm_pack_b(w.wh, 1, n_in_s, n_in, h, packed);  // W^T: (k, m) = W[m, k]
+        gemm_pack_b(w.wd, 1, n_in_s, n_in, h, packed + wsize);
+        const std::size_t wu = d.hu(), wv = d.hv();
+        constexpr std::size_t rows = BIAFFINE_AVX2_ROW_BLOCK;
+        for (std::size_t r0 = 0; r0 < N; r0 += rows) {
+            const std::size_t rn = std::min(rows, N - r0);
+            gemm_bias_relu(xp + r0 * n_in, n_in_s, rn, n_in, packed, h, w.bh, true, u + r0 * wu,
+                           static_cast<std::ptrdiff_t>(wu));
+            gemm_bias_relu(xp + r0 * n_in, n_in_s, rn, n_in, packed + wsize, h, w.bd, true, v + r0 * wv,
+                           static_cast<std::ptrdiff_t>(wv));
+        }
+        if (d.bias_u) {
+            for (std::size_t r = 0; r < N; ++r) u[r * wu + h] = T(1);
+        }
+        if (d.bias_v) {
+            for (std::size_t r = 0; r < N; ++r) v[r * wv + h] = T(1);
         }
     }
 
+    // Label k's [hu, hv] block of W read in place. When hv is one past a
+    // multiple of 16 (the bias column at h = 128), its last column is a
+    // matrix-vector product rather than a 16-column panel of which one column
+    // is used (1/9 of the product's FMAs at h = 128).
     static void bilinear_left(const scorer_dims& d, const T* w, const T* u, std::size_t N, T* t, T* packed)
     {
         if (N == 0) return;  // t may be null then: no offsets into it
-        const std::size_t hu = d.hu(), hv = d.hv(), o = d.labels;
-        for (std::size_t k = 0; k < o; ++k) {  // label k's [hu, hv] block of W, read in place
-            gemm_rowmajor_b(u, static_cast<std::ptrdiff_t>(hu), N, hu, w + k * hu * hv, static_cast<std::ptrdiff_t>(hv),
-                            hv, packed, t + k * hv, static_cast<std::ptrdiff_t>(o * hv));
+        const std::size_t hu = d.hu(), hv = d.hv(), o = d.labels, full = hv / gemm_panel * gemm_panel;
+        const std::size_t ldt = o * hv;
+        const bool one_more = hv - full == 1 && full != 0;
+        const auto ub = const_row_block(u, N, hu);
+        for (std::size_t k = 0; k < o; ++k) {
+            const T* wk = w + k * hu * hv;
+            gemm_rowmajor_b(u, static_cast<std::ptrdiff_t>(hu), N, hu, wk, static_cast<std::ptrdiff_t>(hv),
+                            one_more ? full : hv, packed, t + k * hv, static_cast<std::ptrdiff_t>(ldt));
+            if (!one_more) continue;
+            Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>, 0, Eigen::InnerStride<>> col(
+                t + k * hv + full, static_cast<Eigen::Index>(N), Eigen::InnerStride<>(static_cast<Eigen::Index>(ldt)));
+            col.noalias() = ub * const_row_block(wk, hu, hv).col(static_cast<Eigen::Index>(full));
         }
     }
 
@@ -183,22 +205,20 @@ struct avx2_backend {
         }
     }
 
-    // dWh^T += X^T dZu and dWd^T += X^T dZv in chunks of dw_chunk rows (X
-    // gathered transposed into `xp`, [n_in, N], so both sides are read in
-    // place), then dX = dZu Wh + dZv Wd into `xp` ([N, n_in]) with Wh, Wd
-    // packed in turn.
+    // dWh += dZu^T X and dWd += dZv^T X over chunks of dw_chunk rows: X
+    // gathered row-major into `xp` ([N, n_in]) and read in place as the
+    // kernel's right side, each chunk of dZ transposed into `packed`, so the
+    // store into dW is a plain vector accumulate; then dX = dZu Wh + dZv Wd
+    // into `xp`. (Transposing X instead, twice as
+    // wide as dZ, and storing dW^T element by element ran at 53-58 GFLOP/s
+    // against 64-71 for this order: 100k tokens, AVX2 EPYC, one run.)
     template <class Items>
     static void input_backward(const scorer_dims& d, const weights_ref<T>& w, const grads_ref<T>& g, const Items& X,
                                const std::size_t* off, std::size_t N, const T* dzu, const T* dzv, T* xp, T* packed)
     {
         const std::size_t h = d.hidden, n_in = d.n_in;
-        auto xt = row_block(xp, n_in, N);
-        for (std::size_t k = 0; k < X.size(); ++k) {
-            const auto v = read_only(X[k]);
-            if (v.rows == 0) continue;
-            xt.middleCols(static_cast<Eigen::Index>(off[k]), static_cast<Eigen::Index>(v.rows)) = v.map().transpose();
-        }
-        const auto N_s = static_cast<std::ptrdiff_t>(N), n_in_s = static_cast<std::ptrdiff_t>(n_in);
+        gather_rows(X, off, n_in, xp);
+        const auto n_in_s = static_cast<std::ptrdiff_t>(n_in);
         // One operand table for both passes: dZ, its row width, its weight and gradient.
         struct side {
             const T* dz;
@@ -207,23 +227,32 @@ struct avx2_backend {
             T* dw;
         };
         const side sides[2] = {{dzu, d.hu(), w.wh, g.wh}, {dzv, d.hv(), w.wd, g.wd}};
-        gemm_epilogue sum_t;  // into dW [h, n_in], stored as its transpose
-        sum_t.accumulate = true;
-        sum_t.trans = true;
-        for (const side& sd : sides) {
-            for (std::size_t k0 = 0; k0 < N; k0 += dw_chunk) {
-                const std::size_t kc = std::min(dw_chunk, N - k0);
-                gemm_rowmajor_b(xp + k0, N_s, n_in, kc, sd.dz + k0 * sd.width, static_cast<std::ptrdiff_t>(sd.width),
-                                h, packed, sd.dw, n_in_s, sum_t);
-            }
-        }
         gemm_epilogue add;
         add.accumulate = true;
-        for (int which = 0; which < 2; ++which) {
-            const side& sd = sides[which];
-            gemm_pack_b(sd.w, n_in_s, 1, h, n_in, packed);  // W [h, n_in]
-            gemm_packed(sd.dz, static_cast<std::ptrdiff_t>(sd.width), N, h, packed, n_in,
-                        which == 0 ? gemm_epilogue{} : add, xp, n_in_s);
+        T* tail = packed + h * dw_chunk;
+        for (std::size_t k0 = 0; k0 < N; k0 += dw_chunk) {  // both sides while X's chunk is in cache
+            const std::size_t kc = std::min(dw_chunk, N - k0);
+            for (const side& sd : sides) {
+                row_block(packed, h, kc) = const_row_block(sd.dz + k0 * sd.width, kc, sd.width).leftCols(
+                                                static_cast<Eigen::Index>(h)).transpose();
+                gemm_rowmajor_b(packed, static_cast<std::ptrdiff_t>(kc), h, kc, xp + k0 * n_in, n_in_s, n_in, tail,
+                                sd.dw, n_in_s, add);
+            }
+        }
+        // dX by row blocks, both weights packed at once, so each block of dX
+        // is still in cache when the second product adds to it.
+        const std::size_t wsize = gemm_packed_size(h, n_in);
+        gemm_pack_b(w.wh, n_in_s, 1, h, n_in, packed);  // W [h, n_in]
+        gemm_pack_b(w.wd, n_in_s, 1, h, n_in, packed + wsize);
+        constexpr std::size_t rows = BIAFFINE_AVX2_ROW_BLOCK;
+        for (std::size_t r0 = 0; r0 < N; r0 += rows) {
+            const std::size_t rn = std::min(rows, N - r0);
+            for (int which = 0; which < 2; ++which) {
+                const side& sd = sides[which];
+                gemm_packed(sd.dz + r0 * sd.width, static_cast<std::ptrdiff_t>(sd.width), rn, h,
+                            packed + (which == 0 ? 0 : wsize), n_in, which == 0 ? gemm_epilogue{} : add,
+                            xp + r0 * n_in, n_in_s);
+            }
         }
     }
 };
