@@ -893,10 +893,12 @@ std::string run_case(const options& opt, case_cfg cfg, std::ostream& log, bool j
         // The roofline is the faster GEMM of the run for the same FLOPs:
         // Eigen's, or the BLAS one (libtorch's mm, on OpenBLAS's right kernels
         // unless --keep-blas-core said otherwise).
-        double roof = 0;
+        double roof = 0, roof_cpu = 0;  // GFLOP/s by wall time, and per CPU second
         const char* roof_name = "";
+        const auto per_cpu_second = [](const impl& i) { return i.executed_gflop / bb::median(i.cpu_times); };
         if (g) {
             const double gg = g->executed_gflop / bb::median(g->times);
+            roof_cpu = per_cpu_second(*g);
             md << "- Eigen GEMM: " << fmt("%.1f", gg) << " GFLOP/s; ours = " << fmt("%.0f%%", 100 * ours_gflops / gg)
                << " of it\n";
             summary.add("fraction_of_gemm", ours_gflops / gg).add("gemm_gflops", gg);
@@ -908,6 +910,7 @@ std::string run_case(const options& opt, case_cfg cfg, std::ostream& log, bool j
                << fmt("%.0f%%", 100 * ours_gflops / bgg) << " of it\n";
             summary.add("blas_gemm_gflops", bgg);
             if (bgg > roof) roof = bgg, roof_name = "BLAS GEMM";
+            roof_cpu = std::max(roof_cpu, per_cpu_second(*bg));
         }
         if (roof > 0) {
             const double r = ours_gflops / roof;
@@ -919,6 +922,11 @@ std::string run_case(const options& opt, case_cfg cfg, std::ostream& log, bool j
                                         : "")
                << "\n";
             summary.add("fraction_of_roofline", r).add("roofline_gflops", roof).add("roofline", roof_name);
+            // The same by CPU time (what each core delivers, whatever the
+            // threads did): ours' true FLOPs per CPU second against the
+            // faster GEMM's.
+            if (roof_cpu > 0)
+                summary.add("fraction_of_roofline_cpu", c.true_gflop / bb::median(o->cpu_times) / roof_cpu);
         }
         md << "- ours: " << fmt("%.3f", ours_med) << " s wall (median)"
            << (cfg.max_seconds > 0 ? (ours_med <= cfg.max_seconds ? " (target < " : " (MISSED target < ") +

@@ -292,9 +292,11 @@ TEST_CASE("the backend chosen for each scalar type is what the build says", "[ba
 
 TEST_CASE("eigen backend: split scores equal a double loop on every path", "[backend]")
 {
-    // n = 5 takes row_dots, the rest Eigen's GEMM.
+    // n = 5 takes row_dots (and up to 31 with one label), the rest Eigen's GEMM.
     REQUIRE(biaffine::detail::use_row_dots(5, 4));
-    REQUIRE(!biaffine::detail::use_row_dots(13, 1));
+    REQUIRE(!biaffine::detail::use_row_dots(13, 4));
+    REQUIRE(biaffine::detail::use_row_dots(31, 1));
+    REQUIRE(!biaffine::detail::use_row_dots(32, 1));
     check_split_scores<biaffine::detail::eigen_backend<double>, double>("eigen<double>");
     check_split_scores<biaffine::detail::eigen_backend<float>, float>("eigen<float>");
 }
@@ -312,12 +314,70 @@ TEST_CASE("avx2 backend: split scores equal a double loop on every path", "[back
     using biaffine::detail::use_kernel_scores;
     // Which path each size takes (config.hpp's defaults).
     REQUIRE(!use_kernel_scores(12, 1));  // row_dots
-    REQUIRE(!use_kernel_scores(31, 1));  // Eigen's GEMM
+    REQUIRE(!use_kernel_scores(31, 1));  // row_dots (one label, n * labels <= 31)
     REQUIRE(use_kernel_scores(32, 1));
-    REQUIRE(!use_kernel_scores(33, 1));  // 33 of 48 panel columns used
+    REQUIRE(!use_kernel_scores(33, 1));  // Eigen's GEMM: 33 of 48 panel columns used
     REQUIRE(use_kernel_scores(13, 4));
     REQUIRE(!use_kernel_scores(33, 4));
     check_split_scores<biaffine::detail::avx2_backend, float>("avx2");
+}
+
+TEST_CASE("avx2 backend: the projections read the splits in place, with or without a column stride", "[backend]")
+{
+    // 150 rows: more than one row block (BIAFFINE_AVX2_ROW_BLOCK), empty
+    // splits first, between and last, and splits crossing a block edge.
+    using T = float;
+    using backend = biaffine::detail::avx2_backend;
+    REQUIRE(backend::reads_items);
+    std::mt19937 gen(23);
+    std::uniform_real_distribution<double> d(-1.0, 1.0);
+    const std::vector<std::size_t> lens{0, 50, 0, 97, 3, 0};
+    const std::size_t N = 150;
+    for (std::size_t n_in : {std::size_t(7), std::size_t(40)}) {
+        scorer_dims dims;
+        dims.n_in = n_in;
+        dims.hidden = 20;
+        dims.labels = 1;
+        const std::size_t h = dims.hidden, hu = dims.hu(), hv = dims.hv();
+        std::vector<T> wh(h * n_in), wd(h * n_in), bh(h), bd(h);
+        for (auto* p : {&wh, &wd, &bh, &bd}) {
+            for (T& x : *p) x = static_cast<T>(d(gen));
+        }
+        const biaffine::detail::weights_ref<T> wr{wh.data(), bh.data(), wd.data(), bd.data(), nullptr};
+        for (std::ptrdiff_t col_stride : {1, 3}) {
+            INFO("n_in " << n_in << ", column stride " << col_stride);
+            // Rows n_in * col_stride + 5 apart, so no two splits are adjacent.
+            const std::ptrdiff_t ld = static_cast<std::ptrdiff_t>(n_in) * col_stride + 5;
+            std::vector<T> mem(N * static_cast<std::size_t>(ld));
+            for (T& x : mem) x = static_cast<T>(d(gen));
+            std::vector<biaffine::seq_view<const T>> items;
+            std::vector<std::size_t> off{0};
+            for (std::size_t n : lens) {
+                items.push_back({mem.data() + static_cast<std::ptrdiff_t>(off.back()) * ld, n, n_in, ld, col_stride});
+                off.push_back(off.back() + n);
+            }
+            std::vector<T> packed(backend::packed_elements(dims, 97)), u(N * hu), v(N * hv);
+            backend::project_items(dims, wr, items, off.data(), N, u.data(), v.data(), packed.data());
+            double worst = 0.0;
+            for (std::size_t r = 0; r < N; ++r) {
+                const T* x = mem.data() + static_cast<std::ptrdiff_t>(r) * ld;
+                for (std::size_t j = 0; j < h; ++j) {
+                    double zu = bh[j], zv = bd[j];
+                    for (std::size_t i = 0; i < n_in; ++i) {
+                        const double xi = x[static_cast<std::ptrdiff_t>(i) * col_stride];
+                        zu += xi * wh[j * n_in + i];
+                        zv += xi * wd[j * n_in + i];
+                    }
+                    const double wu = std::max(zu, 0.0), wv = std::max(zv, 0.0);
+                    worst = std::max({worst, std::abs(u[r * hu + j] - wu) / (1.0 + wu),
+                                      std::abs(v[r * hv + j] - wv) / (1.0 + wv)});
+                }
+                CHECK(u[r * hu + h] == T(1));
+                CHECK(v[r * hv + h] == T(1));
+            }
+            CHECK(worst < 2e-5);
+        }
+    }
 }
 
 TEST_CASE("avx2 backend: relu backward is a select with the bias sums", "[backend]")

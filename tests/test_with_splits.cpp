@@ -639,16 +639,20 @@ TEST_CASE("with_splits: bad input raises a specific exception naming where and w
     }
     SECTION("a byte budget that covers the batcher's bookkeeping but not with_splits' document index")
     {
-        const std::vector<xt::xtensor<float, 2>> many(50, xt::zeros<float>({1, 4}));
-        const std::vector<std::vector<int>> l(50, std::vector<int>{1});
+        // 200 documents: their index (a view and an offset each) outweighs
+        // one split's batch, whatever the backend's packed block.
+        const std::size_t docs_n = 200;
+        const std::vector<xt::xtensor<float, 2>> many(docs_n, xt::zeros<float>({1, 4}));
+        const std::vector<std::vector<int>> l(docs_n, std::vector<int>{1});
         const auto probe = with_minibatch_by_padded_size(scorer, budget::items(1));
-        const std::uint64_t B = probe.bookkeeping_bytes(50) + probe.planned_bytes(1, 1) + 100;
+        const std::uint64_t B = probe.bookkeeping_bytes(docs_n) + probe.planned_bytes(1, 1) + 100;
+        REQUIRE(docs_n * sizeof(seq_view<const float>) > probe.planned_bytes(1, 1) + 100);
         auto batcher = with_minibatch_by_padded_size(scorer, budget::bytes(B));
         // The same splits as a plain list fit (one at a time) ...
         std::vector<seq_view<const float>> items;
         for (const auto& d : many) items.push_back(as_const_view(d));
-        REQUIRE(batcher.predict(items).size() == 50);
-        // ... but through with_splits the 50-document index is paid too.
+        REQUIRE(batcher.predict(items).size() == docs_n);
+        // ... but through with_splits the documents' index is paid too.
         auto pipe_tight = with_splits(batcher);
         REQUIRE_THROWS_AS(pipe_tight.predict(many, l), budget_error);
         REQUIRE_THROWS_WITH(pipe_tight.predict(many, l), Catch::Contains("index of its documents") &&

@@ -64,6 +64,13 @@
 #ifndef BIAFFINE_ROW_DOTS_MAX_ROWS
 #define BIAFFINE_ROW_DOTS_MAX_ROWS 256
 #endif
+/// ... and at any n while n * labels is at most this (forward only): with one
+/// label row_dots runs at 40-43 GFLOP/s for n = 17-32 where Eigen's GEMM
+/// runs at 26-39 (it loses from n * labels = 32 on; with 4 labels Eigen wins
+/// from n = 16). Same bench, same CPU.
+#ifndef BIAFFINE_ROW_DOTS_SMALL_ROWS
+#define BIAFFINE_ROW_DOTS_SMALL_ROWS 31
+#endif
 /// The same bound for the backward (BM_bilinear_right_backward, same CPU).
 #ifndef BIAFFINE_ROW_COMBOS_MAX_ROWS
 #define BIAFFINE_ROW_COMBOS_MAX_ROWS 300

@@ -25,6 +25,8 @@ batch_cost biaffine_scorer<T>::cost(std::size_t count, std::size_t max_len, mode
     c.outputs =
         detail::checked_product("batch cost", checked_mul(max_len, max_len, "batch cost"), o, count, sizeof(T));
     const std::uint64_t xp = scratch_bytes<T>(checked_mul(rows, cfg_.n_in, "batch cost"));
+    // Inference gathers X only where the backend cannot read the splits in place.
+    const std::uint64_t eval_input = detail::compute_backend<T>::reads_items ? 0 : xp;
     const std::uint64_t u = scratch_bytes<T>(checked_mul(rows, hu(), "batch cost"));
     const std::uint64_t v = scratch_bytes<T>(checked_mul(rows, hv(), "batch cost"));
     const std::uint64_t t = scratch_bytes<T>(detail::checked_product("batch cost", rows, o, hv()));
@@ -34,9 +36,9 @@ batch_cost biaffine_scorer<T>::cost(std::size_t count, std::size_t max_len, mode
     const std::uint64_t one = scratch_bytes<T>(detail::checked_product("batch cost", max_len, max_len, o));
     const std::uint64_t uvt = checked_add(checked_add(u, v, "batch cost"), t, "batch cost");
     if (m == mode::eval) {
-        // The backend's packed block beside X, U, V, T.
+        // The backend's packed block beside X (when gathered), U, V, T.
         const std::uint64_t packed = scratch_bytes<T>(packed_elements(max_len));
-        c.scratch = checked_add(checked_add(checked_add(offsets, xp, "batch cost"),
+        c.scratch = checked_add(checked_add(checked_add(offsets, eval_input, "batch cost"),
                                             checked_add(one, packed, "batch cost"), "batch cost"),
                                 uvt, "batch cost");
         return c;
@@ -45,7 +47,8 @@ batch_cost biaffine_scorer<T>::cost(std::size_t count, std::size_t max_len, mode
     // recomputing, U, V, T and the softmax outputs too. Backward carves dT,
     // dV, dU, one split's dS (softmax), X and the backend's packed block (and
     // when recomputing U, V, T and one split's scores again). The forward
-    // carves X and a packed block no larger (train_packed_elements bounds
+    // carves X (unless the backend reads the splits in place) and a packed
+    // block no larger (train_packed_elements bounds
     // both), plus U, V, T when recomputing: never more than backward.
     // Training on logits (no softmax) has no dS, no recomputed scores and
     // keeps no copy of the outputs.

@@ -176,7 +176,9 @@ void biaffine_scorer<T>::forward_activations(const Items& X, const std::size_t* 
                                              std::uint64_t seed, T* u, T* v, T* t, T* packed) const
 {
     using backend = detail::compute_backend<T>;
-    {
+    if constexpr (backend::reads_items) {
+        backend::project_items(dims(), weights(), X, off, N, u, v, packed);
+    } else {
         scratch<T> xp(detail::to_index_size(detail::checked_mul(N, cfg_.n_in, "packed input"), "packed input"));
         detail::gather_rows(X, off, cfg_.n_in, xp.data());
         backend::projections(dims(), weights(), xp.data(), N, u, v, packed);

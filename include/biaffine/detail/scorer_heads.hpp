@@ -170,6 +170,8 @@ batch_cost biaffine_scorer<T>::heads_cost(std::size_t count, std::size_t max_len
     batch_cost c;
     c.outputs = detail::checked_product(what, rows, o, sizeof(T));
     const std::uint64_t xp = scratch_bytes<T>(checked_mul(rows, cfg_.n_in, what));
+    // Inference gathers X only where the backend cannot read the splits in place.
+    const std::uint64_t eval_input = detail::compute_backend<T>::reads_items ? 0 : xp;
     const std::uint64_t u = scratch_bytes<T>(checked_mul(rows, hu(), what));
     const std::uint64_t v = scratch_bytes<T>(checked_mul(rows, hv(), what));
     const std::uint64_t t = scratch_bytes<T>(detail::checked_product(what, rows, o, hv()));
@@ -179,11 +181,12 @@ batch_cost biaffine_scorer<T>::heads_cost(std::size_t count, std::size_t max_len
     // one split's dS (and its recomputed labels).
     const std::uint64_t one = scratch_bytes<T>(checked_mul(max_len, o, what));
     if (m == mode::eval) {
-        // Offsets, head rows, X, U, V, T, the stream buffer and the backend's
+        // Offsets, head rows, X (when gathered), U, V, T, the stream buffer and the backend's
         // packed block for the projections and T (no split-score block).
         const std::uint64_t head_rows = scratch_bytes<std::size_t>(rows);
         const std::uint64_t packed = scratch_bytes<T>(packed_elements(0));
-        c.scratch = checked_add(checked_add(checked_add(offsets, head_rows, what), checked_add(xp, one, what), what),
+        c.scratch =
+            checked_add(checked_add(checked_add(offsets, head_rows, what), checked_add(eval_input, one, what), what),
                                 checked_add(packed, uvt, what), what);
         return c;
     }

@@ -61,18 +61,18 @@ struct gemm_epilogue {
 };
 
 // C[0..R, 0..cols) = epilogue(A[0..R, :] . P) for one panel P [K, 16] (rows
-// ldp apart). Always computes six rows (the missing ones repeat the last row
-// and are not stored): twelve named accumulators, so the compiler keeps them
-// in registers.
-inline void gemm_block(int R, const float* a, std::ptrdiff_t lda, const float* p, std::ptrdiff_t ldp, std::size_t K,
+// ldp apart), row r of A at a[r] (strided or anywhere). Always computes six
+// rows (the missing ones repeat the last row and are not stored): twelve
+// named accumulators, so the compiler keeps them in registers.
+inline void gemm_block(int R, const float* const* a, const float* p, std::ptrdiff_t ldp, std::size_t K,
                        const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc, std::size_t cols)
 {
-    const float* a0 = a;
-    const float* a1 = a + std::min(1, R - 1) * lda;
-    const float* a2 = a + std::min(2, R - 1) * lda;
-    const float* a3 = a + std::min(3, R - 1) * lda;
-    const float* a4 = a + std::min(4, R - 1) * lda;
-    const float* a5 = a + std::min(5, R - 1) * lda;
+    const float* a0 = a[0];
+    const float* a1 = a[std::min(1, R - 1)];
+    const float* a2 = a[std::min(2, R - 1)];
+    const float* a3 = a[std::min(3, R - 1)];
+    const float* a4 = a[std::min(4, R - 1)];
+    const float* a5 = a[std::min(5, R - 1)];
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
     __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
     __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
@@ -145,12 +145,13 @@ inline void gemm_block(int R, const float* a, std::ptrdiff_t lda, const float* p
     }
 }
 
-// The loops of the entry points: panel j starts at `panel(j0)` with rows
-// `ldp(j0)` apart. Rows go in blocks that keep their part of A in L2 while
-// every panel of B (L1-sized for K <= 512) passes over them.
-template <class Panel, class Stride>
-void gemm_loops(const float* a, std::ptrdiff_t lda, std::size_t N, std::size_t K, std::size_t M, Panel&& panel,
-                Stride&& ldp, gemm_epilogue ep, float* c, std::ptrdiff_t ldc)
+// The loops of the entry points: row r of A at `arow(r)`, panel j starts at
+// `panel(j0)` with rows `ldp(j0)` apart. Rows go in blocks that keep their
+// part of A in L2 while every panel of B (L1-sized for K <= 512) passes over
+// them.
+template <class Row, class Panel, class Stride>
+void gemm_loops(Row&& arow, std::size_t N, std::size_t K, std::size_t M, Panel&& panel, Stride&& ldp,
+                gemm_epilogue ep, float* c, std::ptrdiff_t ldc)
 {
     const float* bias = ep.bias;
     constexpr std::size_t row_block = BIAFFINE_AVX2_ROW_BLOCK;
@@ -166,10 +167,23 @@ void gemm_loops(const float* a, std::ptrdiff_t lda, std::size_t N, std::size_t K
                 const std::ptrdiff_t row = static_cast<std::ptrdiff_t>(r0 + r);
                 const std::ptrdiff_t col = static_cast<std::ptrdiff_t>(j0);
                 float* cr = ep.trans ? c + col * ldc + row : c + row * ldc + col;
-                gemm_block(R, a + row * lda, lda, p, ld, K, ep, cr, ldc, cols);
+                const float* rows[6];
+                for (int i = 0; i < R; ++i) rows[i] = arow(r0 + r + static_cast<std::size_t>(i));
+                gemm_block(R, rows, p, ld, K, ep, cr, ldc, cols);
             }
         }
     }
+}
+
+/// gemm_packed with row r of A at `arow(r)` (a callable returning `const
+/// float*`): rows read where they are, without gathering them.
+template <class Row>
+void gemm_packed_rows(Row&& arow, std::size_t N, std::size_t K, const float* packed, std::size_t M,
+                      const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc)
+{
+    gemm_loops(
+        arow, N, K, M, [&](std::size_t j0) { return packed + j0 * K; },
+        [](std::size_t) { return static_cast<std::ptrdiff_t>(gemm_panel); }, ep, c, ldc);
 }
 
 /// C [N, M] (row stride ldc) = epilogue(A [N, K] (row stride lda) . B),
@@ -178,9 +192,8 @@ void gemm_loops(const float* a, std::ptrdiff_t lda, std::size_t N, std::size_t K
 inline void gemm_packed(const float* a, std::ptrdiff_t lda, std::size_t N, std::size_t K, const float* packed,
                         std::size_t M, const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc)
 {
-    gemm_loops(
-        a, lda, N, K, M, [&](std::size_t j0) { return packed + j0 * K; },
-        [](std::size_t) { return static_cast<std::ptrdiff_t>(gemm_panel); }, ep, c, ldc);
+    gemm_packed_rows([&](std::size_t r) { return a + static_cast<std::ptrdiff_t>(r) * lda; }, N, K, packed, M, ep, c,
+                     ldc);
 }
 
 /// C = relu(A B + bias) (or without relu), B packed: the projections.
@@ -204,7 +217,8 @@ inline void gemm_rowmajor_b(const float* a, std::ptrdiff_t lda, std::size_t N, s
     const std::size_t full = M / gemm_panel * gemm_panel;
     if (full < M) gemm_pack_b(b + full, ldb, 1, K, M - full, tail);
     gemm_loops(
-        a, lda, N, K, M, [&](std::size_t j0) { return j0 < full ? b + j0 : tail; },
+        [&](std::size_t r) { return a + static_cast<std::ptrdiff_t>(r) * lda; }, N, K, M,
+        [&](std::size_t j0) { return j0 < full ? b + j0 : tail; },
         [&](std::size_t j0) { return j0 < full ? ldb : static_cast<std::ptrdiff_t>(gemm_panel); }, ep, c, ldc);
 }
 

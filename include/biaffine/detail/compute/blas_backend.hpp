@@ -77,7 +77,7 @@ struct blas_backend : eigen_backend<T> {
     /// What runs each operation, for benches and logs.
     static constexpr const char* operations =
         "projections, U.W', dU, dW, input backward: cblas gemm; per-split scores and their backward: row_dots "
-        "(n <= BIAFFINE_ROW_DOTS_MAX_N), else Eigen GEMM";
+        "(short splits: use_row_dots), else Eigen GEMM";
 
     static void projections(const scorer_dims& d, const weights_ref<T>& w, const T* xp, std::size_t N, T* u, T* v,
                             T*)

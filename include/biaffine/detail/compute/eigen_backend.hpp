@@ -56,7 +56,8 @@ void bilinear_left_backward(const_row_map<T> ua, const T* w, std::size_t labels,
 /// row_combos (backward): see BIAFFINE_ROW_DOTS_MAX_N in config.hpp.
 inline bool use_row_dots(Eigen::Index n, std::size_t labels)
 {
-    return n <= BIAFFINE_ROW_DOTS_MAX_N && static_cast<std::size_t>(n) * labels <= BIAFFINE_ROW_DOTS_MAX_ROWS;
+    const std::size_t rows = static_cast<std::size_t>(n) * labels;
+    return (n <= BIAFFINE_ROW_DOTS_MAX_N && rows <= BIAFFINE_ROW_DOTS_MAX_ROWS) || rows <= BIAFFINE_ROW_DOTS_SMALL_ROWS;
 }
 inline bool use_row_combos(Eigen::Index n, std::size_t labels)
 {
@@ -146,6 +147,8 @@ void head_scores_backward(const_row_map<T> va, const T* t, const std::size_t* he
 ///   train_packed_elements(d, max_len)  the same for training (forward and backward)
 ///   projections(d, w, xp, N, u, v, packed)
 ///       u [N, hu] = relu(xp Wh^T + bh) | 1,  v [N, hv] = relu(xp Wd^T + bd) | 1
+///   reads_items                        true: the scorer calls project_items(d, w, X, off, N, u, v,
+///                                      packed) instead, on the splits' own rows (no gathered xp)
 ///   bilinear_left(d, w, u, N, t, packed)           t [N, o * hv] = u W'
 ///   split_scores(va, t_rows, o, s, packed)          one split's s [n, n * o] = va Tr^T
 ///   split_scores_backward(va, t_rows, o, ds, dva, dt_rows)
@@ -161,10 +164,12 @@ struct eigen_backend {
     /// What runs each operation, for benches and logs.
     static constexpr const char* operations =
         "projections, U.W', every backward product: Eigen GEMM; per-split scores and their backward: row_dots "
-        "(n <= BIAFFINE_ROW_DOTS_MAX_N), else Eigen GEMM";
+        "(short splits: use_row_dots), else Eigen GEMM";
 
     static std::size_t packed_elements(const scorer_dims&, std::size_t) noexcept { return 0; }
     static std::size_t train_packed_elements(const scorer_dims&, std::size_t) noexcept { return 0; }
+    /// The projections read a gathered copy of the inputs (Eigen's GEMM needs one matrix).
+    static constexpr bool reads_items = false;
 
     static void projections(const scorer_dims& d, const weights_ref<T>& w, const T* xp, std::size_t N, T* u, T* v,
                             T*)
