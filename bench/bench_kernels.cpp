@@ -23,7 +23,7 @@
 // The AVX2 micro-kernel is declared where the target has AVX2 + FMA, whether
 // or not the scorer uses it (BIAFFINE_NO_GEMM_KERNEL): its benches run then.
 #if defined(__AVX2__) && defined(__FMA__)
-#include <biaffine/detail/compute/avx2_kernel.hpp>
+#include <biaffine/detail/compute/avx2_backend.hpp>
 #define BIAFFINE_BENCH_KERNEL 1
 #else
 #define BIAFFINE_BENCH_KERNEL 0
@@ -210,15 +210,17 @@ void BM_pipeline_predict(benchmark::State& state)
 }
 
 // One split's S = Va . Tr^T (hv = 129, the bias column included): the
-// register-blocked row_dots (arg gemm = 0) against Eigen's packed GEMM (1)
-// and the GEMM kernel's transposed store (2, where built). Sets the
-// crossovers BIAFFINE_ROW_DOTS_* and BIAFFINE_AVX2_SCORES_* of config.hpp.
+// register-blocked row_dots (arg path = 0) against Eigen's packed GEMM (1),
+// the GEMM kernel's transposed store (2, where built) and what the AVX2
+// backend chooses (3: the kernel on full panels, row_dots on the rows left
+// over, or one of the others; see kernel_score_rows). Sets the crossovers
+// BIAFFINE_ROW_DOTS_* and BIAFFINE_AVX2_SCORES_* of config.hpp.
 void BM_bilinear_right(benchmark::State& state)
 {
     const auto n = static_cast<Eigen::Index>(state.range(0)), labels = static_cast<Eigen::Index>(state.range(1));
     const auto path = state.range(2);
 #if !BIAFFINE_BENCH_KERNEL
-    if (path == 2) {
+    if (path >= 2) {
         state.SkipWithError("AVX2 kernel not built (needs AVX2 + FMA)");
         return;
     }
@@ -236,6 +238,14 @@ void BM_bilinear_right(benchmark::State& state)
             biaffine::detail::gemm_pack_b(va.data(), 1, hv, hv, static_cast<std::size_t>(n), packed.data());
             biaffine::detail::gemm_store_transposed(tr.data(), hv, static_cast<std::size_t>(m), hv, packed.data(),
                                                     static_cast<std::size_t>(n), s.data(), m);
+#endif
+        } else if (path == 3) {
+#if BIAFFINE_BENCH_KERNEL
+            biaffine::detail::avx2_backend::split_scores(
+                biaffine::detail::const_row_block(va.data(), static_cast<std::size_t>(n), static_cast<std::size_t>(hv)),
+                tr.data(), static_cast<std::size_t>(labels),
+                biaffine::score_view<float>{s.data(), static_cast<std::size_t>(n), static_cast<std::size_t>(labels), m},
+                packed.data());
 #endif
         } else {
             biaffine::detail::row_dots(va.data(), hv, n, tr.data(), hv, m, hv, s.data(), m);
@@ -315,7 +325,7 @@ void by_length_and_labels(benchmark::internal::Benchmark* b)
 }
 
 BENCHMARK(BM_bilinear_right)
-    ->ArgsProduct({{4, 8, 16, 17, 18, 20, 24, 25, 32, 48, 50, 64, 100}, {1, 4, 50}, {0, 1, 2}})
+    ->ArgsProduct({{4, 8, 16, 17, 18, 20, 24, 25, 28, 32, 36, 48, 50, 64, 100}, {1, 4, 50}, {0, 1, 2, 3}})
     ->ArgNames({"n", "labels", "path"});
 BENCHMARK(BM_projection)->Arg(0)->Arg(1)->ArgName("kernel");
 BENCHMARK(BM_bilinear_right_backward)

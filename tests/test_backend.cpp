@@ -32,8 +32,8 @@ void check_split_scores(const char* name)
     std::uniform_real_distribution<double> d(-1.0, 1.0);
     const std::size_t hv = 129;
     for (std::size_t o : {std::size_t(1), std::size_t(4)}) {
-        for (std::size_t n : {std::size_t(0), std::size_t(5), std::size_t(13), std::size_t(31), std::size_t(32),
-                              std::size_t(33), std::size_t(60)}) {
+        for (std::size_t n : {std::size_t(0), std::size_t(5), std::size_t(13), std::size_t(18), std::size_t(22),
+                              std::size_t(31), std::size_t(32), std::size_t(33), std::size_t(60)}) {
             INFO(name << ": labels " << o << " n " << n);
             const std::size_t ldv = hv + 2, lds = n * o + 3;  // strides wider than the rows
             std::vector<T> va(n * ldv), tr(n * o * hv);
@@ -311,14 +311,21 @@ TEST_CASE("eigen backend: relu backward is a select with the bias sums", "[backe
 
 TEST_CASE("avx2 backend: split scores equal a double loop on every path", "[backend]")
 {
-    using biaffine::detail::use_kernel_scores;
-    // Which path each size takes (config.hpp's defaults).
-    REQUIRE(!use_kernel_scores(12, 1));  // row_dots
-    REQUIRE(!use_kernel_scores(31, 1));  // row_dots (one label, n * labels <= 31)
-    REQUIRE(use_kernel_scores(32, 1));
-    REQUIRE(!use_kernel_scores(33, 1));  // Eigen's GEMM: 33 of 48 panel columns used
-    REQUIRE(use_kernel_scores(13, 4));
-    REQUIRE(!use_kernel_scores(33, 4));
+    using biaffine::detail::kernel_score_rows;
+    // Which path each size takes (config.hpp's defaults): the rows of Va
+    // through the kernel, the rest by row_dots (all of them at 0 with one
+    // label); 0 with four labels and n = 22: Eigen's GEMM.
+    REQUIRE(kernel_score_rows(12, 1) == 0);
+    REQUIRE(kernel_score_rows(18, 1) == 16);
+    REQUIRE(kernel_score_rows(31, 1) == 16);
+    REQUIRE(kernel_score_rows(32, 1) == 32);
+    REQUIRE(kernel_score_rows(33, 1) == 32);  // 33 of 48 panel columns would be used
+    REQUIRE(kernel_score_rows(60, 1) == 60);
+    REQUIRE(kernel_score_rows(5, 4) == 0);
+    REQUIRE(kernel_score_rows(13, 4) == 13);
+    REQUIRE(kernel_score_rows(18, 4) == 16);
+    REQUIRE(kernel_score_rows(22, 4) == 0);
+    REQUIRE(kernel_score_rows(33, 4) == 32);
     check_split_scores<biaffine::detail::avx2_backend, float>("avx2");
 }
 

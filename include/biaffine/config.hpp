@@ -108,3 +108,14 @@
 #ifndef BIAFFINE_AVX2_SCORES_FILL_FEW
 #define BIAFFINE_AVX2_SCORES_FILL_FEW 80
 #endif
+/// Otherwise a split of n >= 16 runs its full 16-row panels on the kernel
+/// and the n % 16 rows left over on row_dots: with fewer than
+/// BIAFFINE_AVX2_SCORES_MANY_LABELS labels always, with more while they are
+/// at most this many. Same CPU, hv = 129 (bench_kernels BM_bilinear_right,
+/// path 3 against the faster of row_dots and Eigen, GFLOP/s): 50 labels,
+/// n = 18 / 20: 61 / 56 against 36 / 39; one label, n = 18 / 36 / 50: 40 / 50
+/// / 59 against 29 / 34 / 39. With 50 labels and 8 or 12 rows left over
+/// (n = 24, 28) row_dots made it slower: 36 / 33 against 52 / 64.
+#ifndef BIAFFINE_AVX2_SCORES_DOTS_TAIL
+#define BIAFFINE_AVX2_SCORES_DOTS_TAIL 4
+#endif

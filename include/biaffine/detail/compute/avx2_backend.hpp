@@ -10,8 +10,9 @@
 //     goes through a matrix-vector product);
 //   - a split's scores S = Va Tr^T are computed as (Tr Va^T)^T with a
 //     transposed store, so only Va^T is packed, never the n * o rows of Tr;
-//     where the kernel's 16-column panels over n would be mostly empty the
-//     split goes to eigen_backend (use_kernel_scores);
+//     where the kernel's 16-column panels over n would be mostly empty, its
+//     full panels take the kernel and row_dots the rows left over, or the
+//     split goes to eigen_backend (kernel_score_rows);
 //   - backward: dU = sum_k dT_k W_k^T, dW_k += Ua^T dT_k and the projections'
 //     weight and input gradients through the kernel's accumulating epilogue;
 //     the relu backward is one vectorised select with the bias sums.
@@ -47,6 +48,20 @@ inline bool use_kernel_scores(Eigen::Index n, std::size_t labels)
                                                             100 * n >= BIAFFINE_AVX2_SCORES_FILL_FEW * cols;
 }
 
+/// How many of a split's n rows of Va take the kernel for its scores: all
+/// of them where use_kernel_scores says so; else its full 16-row panels
+/// when the rows left over are few enough for row_dots to finish them (any n
+/// >= 16 with few labels, at most BIAFFINE_AVX2_SCORES_DOTS_TAIL rows with
+/// many); else none (row_dots or Eigen's GEMM for the whole split).
+inline Eigen::Index kernel_score_rows(Eigen::Index n, std::size_t labels)
+{
+    if (use_kernel_scores(n, labels)) return n;
+    const auto panel = static_cast<Eigen::Index>(gemm_panel);
+    const Eigen::Index full = n / panel * panel;
+    if (full == 0) return 0;
+    return labels < BIAFFINE_AVX2_SCORES_MANY_LABELS || n - full <= BIAFFINE_AVX2_SCORES_DOTS_TAIL ? full : 0;
+}
+
 /// See eigen_backend for what each operation computes; float only.
 struct avx2_backend {
     using T = float;
@@ -55,7 +70,8 @@ struct avx2_backend {
     static constexpr const char* operations =
         "projections (bias + ReLU fused), U.W' (a last odd column: Eigen matrix-vector), dU, dW, input backward: "
         "AVX2/FMA 6x16 kernel; per-split scores: "
-        "row_dots (short splits: use_row_dots), the kernel where its panels fill (use_kernel_scores), else Eigen "
+        "row_dots (short splits: use_row_dots), the kernel where its panels fill and row_dots for rows left over "
+        "(kernel_score_rows), else Eigen "
         "GEMM; per-split score backward: row_dots or Eigen GEMM";
     /// Rows of the weight-gradient products summed per kernel call.
     static constexpr std::size_t dw_chunk = BIAFFINE_AVX2_DW_CHUNK;
@@ -186,18 +202,25 @@ struct avx2_backend {
         }
     }
 
+    // Rows [0, k) of S through the kernel (kernel_score_rows), the rest by
+    // row_dots: S's rows are Va's, so the two parts write disjoint rows.
     static void split_scores(const_row_map<T> va, const T* t_rows, std::size_t labels, score_view<T> s, T* packed)
     {
         const auto n = va.rows();
-        if (n != 0 && use_kernel_scores(n, labels)) {
-            const auto hv = static_cast<std::size_t>(va.cols());
-            const auto nn = static_cast<std::size_t>(n);
-            gemm_pack_b(va.data(), 1, va.outerStride(), hv, nn, packed);  // Va^T: (k, m) = Va[m, k]
-            gemm_store_transposed(t_rows, static_cast<std::ptrdiff_t>(hv), nn * labels, hv, packed, nn, s.data,
-                                  s.row_stride);
+        const Eigen::Index k = n == 0 ? 0 : kernel_score_rows(n, labels);
+        if (k == 0) {
+            eigen_backend<T>::split_scores(va, t_rows, labels, s, packed);
             return;
         }
-        eigen_backend<T>::split_scores(va, t_rows, labels, s, packed);
+        const auto hv = static_cast<std::size_t>(va.cols());
+        const std::size_t m = static_cast<std::size_t>(n) * labels, kk = static_cast<std::size_t>(k);
+        gemm_pack_b(va.data(), 1, va.outerStride(), hv, kk, packed);  // Va^T: (k, m) = Va[m, k]
+        gemm_store_transposed(t_rows, static_cast<std::ptrdiff_t>(hv), m, hv, packed, kk, s.data, s.row_stride);
+        if (k < n) {
+            row_dots(va.data() + k * va.outerStride(), va.outerStride(), n - k, t_rows,
+                     static_cast<std::ptrdiff_t>(hv), static_cast<std::ptrdiff_t>(m), static_cast<std::ptrdiff_t>(hv),
+                     s.data + k * s.row_stride, s.row_stride);
+        }
     }
 
     static void split_scores_backward(const_row_map<T> va, const T* t_rows, std::size_t labels,
