@@ -64,10 +64,13 @@
 #ifndef BIAFFINE_ROW_DOTS_MAX_ROWS
 #define BIAFFINE_ROW_DOTS_MAX_ROWS 256
 #endif
-/// ... and at any n while n * labels is at most this (forward only): with one
-/// label row_dots runs at 40-43 GFLOP/s for n = 17-32 where Eigen's GEMM
-/// runs at 26-39 (it loses from n * labels = 32 on; with 4 labels Eigen wins
-/// from n = 16). Same bench, same CPU.
+/// ... and at any n while n * labels is at most this (forward only; with one
+/// label n <= 31, with two n <= 15). In one run row_dots ran at 40-43
+/// GFLOP/s for one label and n = 17-32 where Eigen's GEMM ran at 26-39 (it
+/// loses from n * labels = 32 on; with 4 labels Eigen wins from n = 16).
+/// Same bench, same CPU. row_dots' speed depends on where its operands lie
+/// (18-45 GFLOP/s for the same sizes across runs); on AVX2 builds
+/// kernel_score_rows takes splits of n >= 16 first (config below).
 #ifndef BIAFFINE_ROW_DOTS_SMALL_ROWS
 #define BIAFFINE_ROW_DOTS_SMALL_ROWS 31
 #endif

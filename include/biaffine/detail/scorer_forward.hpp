@@ -1,5 +1,6 @@
 // biaffine/detail/scorer_forward.hpp - the scorer's forward and backward over
-// split lists: gather the splits into packed rows, project, T = U W', then
+// split lists: project the splits (gathered into packed rows first unless
+// the backend reads them in place), T = U W', then
 // one score block per split; backward the same in reverse. Each product is
 // the compute backend's (detail/compute/backend.hpp); what is here is the
 // order of operations, dropout, the softmax and what is kept for backward.

@@ -181,13 +181,14 @@ batch_cost biaffine_scorer<T>::heads_cost(std::size_t count, std::size_t max_len
     // one split's dS (and its recomputed labels).
     const std::uint64_t one = scratch_bytes<T>(checked_mul(max_len, o, what));
     if (m == mode::eval) {
-        // Offsets, head rows, X (when gathered), U, V, T, the stream buffer and the backend's
-        // packed block for the projections and T (no split-score block).
+        // Offsets, head rows, X (when gathered), U, V, T, the stream buffer
+        // and the backend's packed block for the projections and T (no
+        // split-score block).
         const std::uint64_t head_rows = scratch_bytes<std::size_t>(rows);
         const std::uint64_t packed = scratch_bytes<T>(packed_elements(0));
         c.scratch =
             checked_add(checked_add(checked_add(offsets, head_rows, what), checked_add(eval_input, one, what), what),
-                                checked_add(packed, uvt, what), what);
+                        checked_add(packed, uvt, what), what);
         return c;
     }
     // Train: the views, offsets and head rows stay for backward, and unless

@@ -3,9 +3,11 @@
 // on an AVX2 AMD EPYC; see config.hpp for the numbers).
 //
 // What it changes against eigen_backend<float>:
-//   - the projections read X's packed rows in place, a row block for both
-//     projections at a time, and pack only Wh^T and Wd^T; bias and relu are
-//     applied in registers before the one store;
+//   - the projections read the splits' own rows by pointer (no gathered
+//     copy of the batch; rows with a column stride are copied a row block at
+//     a time), a row block for both projections at a time, and pack only
+//     Wh^T and Wd^T; bias and relu are applied in registers before the one
+//     store;
 //   - T = U W' packs each label's block of W in turn (a last odd column
 //     goes through a matrix-vector product);
 //   - a split's scores S = Va Tr^T are computed as (Tr Va^T)^T with a
@@ -70,8 +72,8 @@ struct avx2_backend {
     static constexpr const char* operations =
         "projections (bias + ReLU fused), U.W' (a last odd column: Eigen matrix-vector), dU, dW, input backward: "
         "AVX2/FMA 6x16 kernel; per-split scores: "
-        "row_dots (short splits: use_row_dots), the kernel where its panels fill and row_dots for rows left over "
-        "(kernel_score_rows), else Eigen "
+        "the kernel on all of a split's rows where its panels fill, else on its full 16-row panels with row_dots for "
+        "the rows left over (kernel_score_rows), else row_dots (short splits: use_row_dots) or Eigen "
         "GEMM; per-split score backward: row_dots or Eigen GEMM";
     /// Rows of the weight-gradient products summed per kernel call.
     static constexpr std::size_t dw_chunk = BIAFFINE_AVX2_DW_CHUNK;
@@ -109,24 +111,29 @@ struct avx2_backend {
 
     /// The projections of the splits X (off: their first packed rows) read
     /// from the splits' own memory: no gathered copy of the batch's inputs
-    /// (that copy cost 3-7% of the 100k-token inference, AVX2 EPYC). Rows
-    /// with a column stride are copied a row block at a time into `packed`.
+    /// (the copy took 3-7% of the projections' time over 100k tokens in
+    /// batches of 8192, one process, AVX2 EPYC). Rows with a column stride
+    /// are copied a row block at a time into `packed`.
     static constexpr bool reads_items = true;
     template <class Items>
     static void project_items(const scorer_dims& d, const weights_ref<T>& w, const Items& X, const std::size_t* off,
                               std::size_t N, T* u, T* v, T* packed)
     {
+        if (N == 0) return;  // X may be empty: no X[0] then
         const std::size_t n_in = d.n_in;
         T* copies = packed + 2 * gemm_packed_size(n_in, d.hidden);
         std::size_t k = 0;  // the split of the next row, and the row in it
         std::size_t i = 0;
+        auto x = read_only(X[0]);
         project_rows(d, w, N, u, v, packed, [&](std::size_t, std::size_t rn, const T** rows) {
             for (std::size_t q = 0; q < rn; ++q, ++i) {
-                while (off[k] + i >= off[k + 1]) {  // past split k (or an empty one)
-                    ++k;
-                    i = 0;
+                if (off[k] + i >= off[k + 1]) {
+                    while (off[k] + i >= off[k + 1]) {  // past split k (or an empty one)
+                        ++k;
+                        i = 0;
+                    }
+                    x = read_only(X[k]);
                 }
-                const auto x = read_only(X[k]);
                 if (x.col_stride == 1) {
                     rows[q] = x.data + static_cast<std::ptrdiff_t>(i) * x.row_stride;
                 } else {

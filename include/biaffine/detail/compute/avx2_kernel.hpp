@@ -61,18 +61,19 @@ struct gemm_epilogue {
 };
 
 // C[0..R, 0..cols) = epilogue(A[0..R, :] . P) for one panel P [K, 16] (rows
-// ldp apart), row r of A at a[r] (strided or anywhere). Always computes six
-// rows (the missing ones repeat the last row and are not stored): twelve
-// named accumulators, so the compiler keeps them in registers.
+// ldp apart), row r of A at a[r] (strided or anywhere; six pointers, those
+// past R repeating row R - 1). Always computes six rows (the missing ones
+// are not stored): twelve named accumulators, so the compiler keeps them in
+// registers.
 inline void gemm_block(int R, const float* const* a, const float* p, std::ptrdiff_t ldp, std::size_t K,
                        const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc, std::size_t cols)
 {
     const float* a0 = a[0];
-    const float* a1 = a[std::min(1, R - 1)];
-    const float* a2 = a[std::min(2, R - 1)];
-    const float* a3 = a[std::min(3, R - 1)];
-    const float* a4 = a[std::min(4, R - 1)];
-    const float* a5 = a[std::min(5, R - 1)];
+    const float* a1 = a[1];
+    const float* a2 = a[2];
+    const float* a3 = a[3];
+    const float* a4 = a[4];
+    const float* a5 = a[5];
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
     __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
     __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
@@ -167,8 +168,8 @@ void gemm_loops(Row&& arow, std::size_t N, std::size_t K, std::size_t M, Panel&&
                 const std::ptrdiff_t row = static_cast<std::ptrdiff_t>(r0 + r);
                 const std::ptrdiff_t col = static_cast<std::ptrdiff_t>(j0);
                 float* cr = ep.trans ? c + col * ldc + row : c + row * ldc + col;
-                const float* rows[6];
-                for (int i = 0; i < R; ++i) rows[i] = arow(r0 + r + static_cast<std::size_t>(i));
+                const float* rows[6];  // rows past R repeat the last (computed, not stored)
+                for (int i = 0; i < 6; ++i) rows[i] = arow(r0 + r + static_cast<std::size_t>(std::min(i, R - 1)));
                 gemm_block(R, rows, p, ld, K, ep, cr, ldc, cols);
             }
         }
