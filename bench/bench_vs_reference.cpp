@@ -24,6 +24,13 @@
 //                   same FLOP count as ours' true work.
 //   blas_gemm       the same product through libtorch's mm (its BLAS). The
 //                   faster of the two is the roofline.
+//   blas_shapes     libtorch's mm on ours' batch-wide products at ours' shapes
+//                   (the projections [N, 256] x [256, 128] twice, U W' as
+//                   [rows, 129] x [129, o * 129] over chunks of 16 MiB of T,
+//                   and in train their backward products): how fast the BLAS
+//                   runs the products this model is made of, against the
+//                   square roofline GEMM (K = 1024). Not a full implementation:
+//                   no per-split scores, bias, relu or softmax.
 // GFLOP/s everywhere counts the true (length-aware) FLOPs of the workload,
 // so it reads as useful work per second; padded implementations execute
 // more (listed as "executed GFLOP"). Train = forward, a cross-entropy-like
@@ -78,7 +85,8 @@ struct case_cfg {
 /// into `cases`.
 struct options : bb::common_flags {
     std::vector<case_cfg> cases;
-    std::vector<std::string> impls{"ours", "eigen_naive", "torch_naive", "torch_batched", "gemm", "blas_gemm"};
+    std::vector<std::string> impls{"ours",      "eigen_naive", "torch_naive", "torch_batched",
+                                   "gemm",      "blas_gemm",   "blas_shapes"};
     int reps = 5;
     int min_reps = 3;
     double case_seconds = 90;  // stop adding repetitions past this (>= min_reps)
@@ -117,7 +125,8 @@ Usage: bench_vs_reference [flags]
   --labels LIST      ... these label counts (default 1) ...
   --threads N        ... this thread count (default 1) ...
   --train            ... forward + backward
-  --impls LIST       ours,eigen_naive,torch_naive,torch_batched,gemm,blas_gemm (default all)
+  --impls LIST       ours,eigen_naive,torch_naive,torch_batched,gemm,blas_gemm,blas_shapes
+                     (default all)
   --reps N           timed repetitions per implementation (default 5; fewer, but
                      at least 3, when a case passes --case-seconds)
   --case-seconds S   time budget per case for repetitions (default 90)
@@ -152,7 +161,7 @@ options parse(int argc, char** argv)
         }
     }
     static const std::set<std::string> known{"ours", "eigen_naive", "torch_naive", "torch_batched", "gemm",
-                                             "blas_gemm"};
+                                             "blas_gemm", "blas_shapes"};
     for (const auto& i : o.impls) {
         if (!known.count(i)) {
             std::cerr << "bench_vs_reference: unknown implementation " << i << "\n";
@@ -680,6 +689,71 @@ impl make_blas_gemm(const shared_case& c)
     return i;
 }
 
+/// libtorch's mm on the batch-wide products of ours, at ours' shapes (see
+/// the file comment): what the BLAS makes of K = 256 and K = 129.
+impl make_blas_shapes(const shared_case& c)
+{
+    const int64_t N = static_cast<int64_t>(c.cfg.tokens), n_in = 256, h = 128, hu = 129, hv = 129;
+    const int64_t o = static_cast<int64_t>(c.cfg.labels);
+    // Rows of T per chunk: 16 MiB of T, as a batch of ours holds at most.
+    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(N, (int64_t(16) << 20) / (o * hv * 4)));
+    const bool train = c.cfg.train;
+    struct state {
+        torch::Tensor X, Wh, Wd, U, V, W, T, dT, dU, dW, dWh, dWd, dX;
+    };
+    auto st = std::make_shared<state>();
+    auto rnd = [](std::initializer_list<int64_t> shape) { return torch::rand(shape) - 0.5; };
+    st->X = rnd({N, n_in});
+    st->Wh = rnd({h, n_in});
+    st->Wd = rnd({h, n_in});
+    st->U = rnd({N, hu});
+    st->V = torch::empty({N, h});
+    st->W = rnd({hu, o * hv});
+    st->T = torch::empty({chunk, o * hv});
+    if (train) {
+        st->dT = rnd({chunk, o * hv});
+        st->dU = torch::empty({chunk, hu});
+        st->dW = torch::empty({hu, o * hv});
+        st->dWh = torch::empty({h, n_in});
+        st->dWd = torch::empty({h, n_in});
+        st->dX = torch::empty({N, n_in});
+    }
+    const double proj = 2.0 * 2.0 * static_cast<double>(N) * n_in * h;
+    const double left = 2.0 * static_cast<double>(N) * hu * static_cast<double>(o * hv);
+    impl i;
+    i.name = "blas_shapes";
+    i.description = "libtorch mm (BLAS) on ours' batch-wide products and shapes ([N, 256] x [256, 128] x 2, "
+                    "[" + std::to_string(chunk) + ", 129] x [129, " + std::to_string(o * hv) + "] chunks" +
+                    (train ? ", and their backward" : "") + ")";
+    i.executed_gflop = (train ? 3.0 : 1.0) * (proj + left) / 1e9;
+    i.predicted_bytes = static_cast<double>(N) * (n_in * (train ? 2 : 1) + hu + h) * 4 +
+                        static_cast<double>(chunk) * o * hv * 4 * (train ? 2 : 1);
+    i.run = [st, N, chunk, h, train] {
+        torch::NoGradGuard g;
+        auto Uh = st->U.narrow(1, 0, h);
+        torch::mm_out(Uh, st->X, st->Wh.t());
+        torch::mm_out(st->V, st->X, st->Wd.t());
+        for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+            const int64_t rn = std::min(chunk, N - r0);
+            auto Ur = st->U.narrow(0, r0, rn);
+            auto Tr = st->T.narrow(0, 0, rn);
+            torch::mm_out(Tr, Ur, st->W);
+            if (!train) continue;
+            auto dTr = st->dT.narrow(0, 0, rn);
+            auto dUr = st->dU.narrow(0, 0, rn);
+            torch::mm_out(dUr, dTr, st->W.t());          // dU = dT W'^T
+            st->dW.addmm_(Ur.t(), dTr);                   // dW += U^T dT
+        }
+        if (!train) return;
+        torch::mm_out(st->dWh, Uh.t(), st->X);           // dWh = dZu^T X
+        torch::mm_out(st->dWd, st->V.t(), st->X);        // dWd = dZv^T X
+        torch::mm_out(st->dX, Uh, st->Wh);               // dX = dZu Wh + dZv Wd
+        st->dX.addmm_(st->V, st->Wd);
+    };
+    i.release = [] {};
+    return i;
+}
+
 // ----------------------------------------------------------------- driver
 
 struct case_result {
@@ -716,6 +790,7 @@ std::string run_case(const options& opt, case_cfg cfg, std::ostream& log, bool j
         if (name == "torch_batched") impls.push_back(make_torch(c, true, opt.ref_items));
         if (name == "gemm") impls.push_back(make_gemm(c, cfg.threads));
         if (name == "blas_gemm") impls.push_back(make_blas_gemm(c));
+        if (name == "blas_shapes") impls.push_back(make_blas_shapes(c));
     }
     const double input = static_cast<double>(cfg.tokens) * 256 * 4;
     for (auto& i : impls) {
@@ -830,7 +905,7 @@ std::string run_case(const options& opt, case_cfg cfg, std::ostream& log, bool j
         }
         const double med = bb::median(i.times);
         const double mn = *std::min_element(i.times.begin(), i.times.end());
-        const bool is_gemm = i.name == "gemm" || i.name == "blas_gemm";
+        const bool is_gemm = i.name == "gemm" || i.name == "blas_gemm" || i.name == "blas_shapes";
         const double gflops = is_gemm ? i.executed_gflop / med : c.true_gflop / med;
         md << fmt("%.3f", med) << " | " << fmt("%.3f", mn) << " | " << fmt("%.3f", bb::median(i.cpu_times)) << " | "
            << fmt("%.1f", gflops) << " | "
@@ -927,6 +1002,15 @@ std::string run_case(const options& opt, case_cfg cfg, std::ostream& log, bool j
             // faster GEMM's.
             if (roof_cpu > 0)
                 summary.add("fraction_of_roofline_cpu", c.true_gflop / bb::median(o->cpu_times) / roof_cpu);
+            // What the BLAS itself reaches on this model's own products: a
+            // bound the roofline (K = 1024) does not show.
+            if (impl* bs = find("blas_shapes")) {
+                const double bsg = bs->executed_gflop / bb::median(bs->times);
+                md << "- the BLAS on ours' batch-wide products and shapes (" << fmt("%.0f%%", 100 * bs->executed_gflop / c.true_gflop)
+                   << " of ours' FLOPs): " << fmt("%.1f", bsg) << " GFLOP/s = " << fmt("%.0f%%", 100 * bsg / roof)
+                   << " of the roofline; ours = " << fmt("%.0f%%", 100 * ours_gflops / bsg) << " of it\n";
+                summary.add("blas_shapes_gflops", bsg).add("blas_shapes_fraction_of_roofline", bsg / roof);
+            }
         }
         md << "- ours: " << fmt("%.3f", ours_med) << " s wall (median)"
            << (cfg.max_seconds > 0 ? (ours_med <= cfg.max_seconds ? " (target < " : " (MISSED target < ") +

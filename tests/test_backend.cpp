@@ -240,7 +240,115 @@ void check_batch_products(const char* name)
     }
 }
 
+// bilinear_scores: T = U W' a group of splits at a time (or the whole batch),
+// each(k, ...) once per split in order, with its rows of T, against double
+// loops. The T buffer is the size the scorer carves (t_group_rows unless
+// every row is kept) and `packed` packed_elements(max_len), each followed by
+// sentinels that must survive. Splits of 0-90 rows, with 50 labels longer
+// than the avx2 backend's group (77 rows at hv = 33), shorter ones that
+// share a group, and empty ones first, between and last.
+template <class Backend, class T>
+void check_bilinear_scores(const char* name)
+{
+    std::mt19937 gen(31);
+    std::uniform_real_distribution<double> d(-1.0, 1.0);
+    const std::vector<std::size_t> lens{0, 7, 30, 0, 3, 25, 12, 90, 40, 1, 0};
+    std::vector<std::size_t> off{0};
+    for (std::size_t n : lens) off.push_back(off.back() + n);
+    const std::size_t count = lens.size(), N = off.back(), max_n = 90;
+    const T sentinel = T(-555);
+    const std::size_t pad = 8;
+    for (std::size_t o : {std::size_t(1), std::size_t(20), std::size_t(50)}) {
+        scorer_dims dims;
+        dims.n_in = 1;
+        dims.hidden = 32;
+        dims.labels = o;
+        const std::size_t hu = dims.hu(), hv = dims.hv(), ldt = o * hv;
+        std::vector<T> u(N * hu), v(N * hv), w(o * hu * hv);
+        for (auto* p : {&u, &v, &w}) {
+            for (T& x : *p) x = static_cast<T>(d(gen));
+        }
+        std::vector<double> want_t(N * ldt, 0.0);
+        for (std::size_t r = 0; r < N; ++r)
+            for (std::size_t k = 0; k < o; ++k)
+                for (std::size_t a = 0; a < hu; ++a)
+                    for (std::size_t c = 0; c < hv; ++c)
+                        want_t[r * ldt + k * hv + c] += static_cast<double>(u[r * hu + a]) * w[(k * hu + a) * hv + c];
+        for (bool keep_t : {true, false}) {
+            INFO(name << ": labels " << o << (keep_t ? ", T kept" : ", T per group"));
+            const std::size_t t_rows =
+                keep_t ? N : biaffine::detail::t_group_rows(Backend::score_group_rows(dims), N, max_n);
+            std::vector<T> t(t_rows * ldt + pad, sentinel);
+            const std::size_t n_packed = Backend::packed_elements(dims, max_n);
+            std::vector<T> packed(n_packed + pad, sentinel);
+            std::size_t next = 0;
+            double worst = 0.0;
+            Backend::bilinear_scores(
+                dims, w.data(), u.data(), off.data(), count, t.data(), keep_t, packed.data(),
+                [&](std::size_t k, const T* tr, T* rest) {
+                    REQUIRE(k == next++);
+                    const std::size_t n = lens[k];
+                    if (n == 0) return;
+                    REQUIRE(tr >= t.data());
+                    REQUIRE(tr + n * ldt <= t.data() + t_rows * ldt);
+                    REQUIRE(rest >= packed.data());
+                    REQUIRE(rest <= packed.data() + n_packed);
+                    std::vector<T> s(n * n * o);
+                    const biaffine::const_row_map<T> va(v.data() + off[k] * hv, static_cast<Eigen::Index>(n),
+                                                        static_cast<Eigen::Index>(hv),
+                                                        Eigen::OuterStride<>(static_cast<Eigen::Index>(hv)));
+                    Backend::split_scores(va, tr, o, biaffine::score_view<T>{s.data(), n, o,
+                                                                             static_cast<std::ptrdiff_t>(n * o)},
+                                          rest);
+                    for (std::size_t m = 0; m < n; ++m)
+                        for (std::size_t l = 0; l < n; ++l)
+                            for (std::size_t c = 0; c < o; ++c) {
+                                double want = 0.0;
+                                for (std::size_t j = 0; j < hv; ++j)
+                                    want += v[(off[k] + m) * hv + j] * want_t[(off[k] + l) * ldt + c * hv + j];
+                                const double got = s[(m * n + l) * o + c];
+                                worst = std::max(worst, std::abs(got - want) / (1.0 + std::abs(want)));
+                            }
+                });
+            CHECK(next == count);
+            CHECK(worst < (sizeof(T) == 8 ? 1e-11 : 2e-5));
+            for (std::size_t i = 0; i < pad; ++i) {
+                CHECK(t[t_rows * ldt + i] == sentinel);
+                CHECK(packed[n_packed + i] == sentinel);
+            }
+            if (keep_t) {  // every row of T stays for backward
+                double worst_t = 0.0;
+                for (std::size_t i = 0; i < N * ldt; ++i)
+                    worst_t = std::max(worst_t, std::abs(t[i] - want_t[i]) / (1.0 + std::abs(want_t[i])));
+                CHECK(worst_t < (sizeof(T) == 8 ? 1e-11 : 2e-5));
+            }
+        }
+    }
+}
+
 }  // namespace
+
+TEST_CASE("every backend's bilinear_scores computes T by groups and scores each split once, in order", "[backend]")
+{
+    check_bilinear_scores<biaffine::detail::eigen_backend<double>, double>("eigen double");
+    check_bilinear_scores<biaffine::detail::eigen_backend<float>, float>("eigen float");
+#if defined(__AVX2__) && defined(__FMA__)
+    using backend = biaffine::detail::avx2_backend;
+    scorer_dims dims;
+    dims.n_in = 1;
+    dims.hidden = 32;
+    dims.labels = 50;
+    // The premise of the sizes above: with 50 labels the 90-row split is
+    // longer than a group and several short ones share one.
+    REQUIRE(backend::score_group_rows(dims) > 40);
+    REQUIRE(backend::score_group_rows(dims) < 90);
+    check_bilinear_scores<backend, float>("avx2");
+#endif
+#if defined(BIAFFINE_USE_BLAS)
+    check_bilinear_scores<biaffine::detail::blas_backend<double>, double>("blas double");
+    check_bilinear_scores<biaffine::detail::blas_backend<float>, float>("blas float");
+#endif
+}
 
 TEST_CASE("every backend's batch-wide products equal double loops", "[backend]")
 {

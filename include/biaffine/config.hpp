@@ -122,3 +122,25 @@
 #ifndef BIAFFINE_AVX2_SCORES_DOTS_TAIL
 #define BIAFFINE_AVX2_SCORES_DOTS_TAIL 4
 #endif
+/// Inference and the training forward compute T = U W' for a group of
+/// consecutive splits at a time, then score those splits while their rows of
+/// T and V are still in L2 (every label's block of W packed once per batch).
+/// A group holds as many rows as fit (labels + 1) * hv floats per row in
+/// this many bytes, and at least one split. Per-split scores read T from
+/// L3 or memory otherwise: U W' plus the scores of a 20k-token document
+/// (50 labels, batches of 540 rows) took 11% less time with groups of 40
+/// rows than with T for the whole batch, 100k tokens with one label 14%
+/// less with groups of 200 rows (one process, alternated, AVX2 EPYC with
+/// 512 KiB of L2 per core; groups of 9-80 rows at 50 labels and 100-400 at
+/// one label were within the noise of each other).
+/// With at least this many labels the last odd column of every label's
+/// block of W (the bias column at h = 128) is one more packed product over
+/// all labels, stored with a stride of hv; with fewer, one matrix-vector
+/// product per label (a 16-column panel would be mostly padding). At 50
+/// labels the matrix-vector products took 3% of inference (perf, AVX2 EPYC).
+#ifndef BIAFFINE_AVX2_LAST_COLUMN_PANEL_LABELS
+#define BIAFFINE_AVX2_LAST_COLUMN_PANEL_LABELS 8
+#endif
+#ifndef BIAFFINE_AVX2_SCORE_GROUP_BYTES
+#define BIAFFINE_AVX2_SCORE_GROUP_BYTES (512 * 1024)
+#endif

@@ -497,8 +497,12 @@ private:
     std::size_t fill_offsets(const Items& X, std::size_t* off) const;
     void dropout(std::uint64_t seed, T* u, T* v, const std::size_t* off, std::size_t count) const;
     template <class Items>
+    void project_activations(const Items& X, const std::size_t* off, std::size_t N, bool drop, std::uint64_t seed,
+                             T* u, T* v, T* packed) const;
+    template <class Items>
     void forward_activations(const Items& X, const std::size_t* off, std::size_t N, bool drop, std::uint64_t seed,
                              T* u, T* v, T* t, T* packed) const;
+    std::size_t eval_t_rows(std::size_t N, std::size_t max_len) const noexcept;
     template <class Items, class Dest, class Done>
     void predict_into(const Items& X, Dest&& dest, Done&& done) const;
     template <class Items, class Dest>

@@ -30,6 +30,9 @@ batch_cost biaffine_scorer<T>::cost(std::size_t count, std::size_t max_len, mode
     const std::uint64_t u = scratch_bytes<T>(checked_mul(rows, hu(), "batch cost"));
     const std::uint64_t v = scratch_bytes<T>(checked_mul(rows, hv(), "batch cost"));
     const std::uint64_t t = scratch_bytes<T>(detail::checked_product("batch cost", rows, o, hv()));
+    // Inference holds T for a group of splits at a time where the backend groups.
+    const std::uint64_t eval_t = scratch_bytes<T>(detail::checked_product(
+        "batch cost", eval_t_rows(detail::to_index_size(rows, "batch cost"), max_len), o, hv()));
     const std::uint64_t offsets = scratch_bytes<std::size_t>(checked_add(count, 1, "batch cost"));
     // One split's scores (max_len^2 * o): predict_stream's buffer, or in
     // training one split's dS (and its recomputed scores).
@@ -38,9 +41,10 @@ batch_cost biaffine_scorer<T>::cost(std::size_t count, std::size_t max_len, mode
     if (m == mode::eval) {
         // The backend's packed block beside X (when gathered), U, V, T.
         const std::uint64_t packed = scratch_bytes<T>(packed_elements(max_len));
+        const std::uint64_t uv_t = checked_add(checked_add(u, v, "batch cost"), eval_t, "batch cost");
         c.scratch = checked_add(checked_add(checked_add(offsets, eval_input, "batch cost"),
                                             checked_add(one, packed, "batch cost"), "batch cost"),
-                                uvt, "batch cost");
+                                uv_t, "batch cost");
         return c;
     }
     // Train: the split views and offsets stay for backward, and unless

@@ -1,7 +1,8 @@
 // biaffine/detail/scorer_forward.hpp - the scorer's forward and backward over
 // split lists: project the splits (gathered into packed rows first unless
-// the backend reads them in place), T = U W', then
-// one score block per split; backward the same in reverse. Each product is
+// the backend reads them in place), T = U W' (a group of splits at a time
+// where the backend groups), one score block per split; backward the same
+// in reverse. Each product is
 // the compute backend's (detail/compute/backend.hpp); what is here is the
 // order of operations, dropout, the softmax and what is kept for backward.
 #pragma once
@@ -169,12 +170,12 @@ void biaffine_scorer<T>::dropout(std::uint64_t seed, T* u, T* v, const std::size
     }
 }
 
-// U, V (after relu and dropout) and T for the packed rows of X; `packed`
-// holds packed_elements(max_len) (the backend's scratch).
+// U and V (after relu and dropout) for the packed rows of X; `packed` holds
+// packed_elements(max_len) (the backend's scratch).
 template <class T>
 template <class Items>
-void biaffine_scorer<T>::forward_activations(const Items& X, const std::size_t* off, std::size_t N, bool drop,
-                                             std::uint64_t seed, T* u, T* v, T* t, T* packed) const
+void biaffine_scorer<T>::project_activations(const Items& X, const std::size_t* off, std::size_t N, bool drop,
+                                             std::uint64_t seed, T* u, T* v, T* packed) const
 {
     using backend = detail::compute_backend<T>;
     if constexpr (backend::reads_items) {
@@ -185,32 +186,54 @@ void biaffine_scorer<T>::forward_activations(const Items& X, const std::size_t* 
         backend::projections(dims(), weights(), xp.data(), N, u, v, packed);
     }
     if (drop) dropout(seed, u, v, off, X.size());
-    if (N == 0) return;
-    backend::bilinear_left(dims(), w_.data(), u, N, t, packed);
 }
 
-// Inference: the activations in scratch, then each split's scores into
-// `dest(k, n)` and `done(k, scores)` called once they are there.
+// U, V and T = U W' for every packed row (labels at given heads, and
+// backward's recompute).
+template <class T>
+template <class Items>
+void biaffine_scorer<T>::forward_activations(const Items& X, const std::size_t* off, std::size_t N, bool drop,
+                                             std::uint64_t seed, T* u, T* v, T* t, T* packed) const
+{
+    project_activations(X, off, N, drop, seed, u, v, packed);
+    if (N == 0) return;
+    detail::compute_backend<T>::bilinear_left(dims(), w_.data(), u, N, t, packed);
+}
+
+// Rows of T inference holds at once (the backend's group, or the batch).
+template <class T>
+std::size_t biaffine_scorer<T>::eval_t_rows(std::size_t N, std::size_t max_len) const noexcept
+{
+    return detail::t_group_rows(detail::compute_backend<T>::score_group_rows(dims()), N, max_len);
+}
+
+// Inference: the activations in scratch, T a group of splits at a time (the
+// backend's bilinear_scores), then each split's scores into `dest(k, n)` and
+// `done(k, scores)` called once they are there.
 template <class T>
 template <class Items, class Dest, class Done>
 void biaffine_scorer<T>::predict_into(const Items& X, Dest&& dest, Done&& done) const
 {
+    using backend = detail::compute_backend<T>;
     check_items(X);
     const std::size_t count = X.size(), o = cfg_.labels;
     scratch<std::size_t> off(count + 1);
     const std::size_t N = fill_offsets(X, off.data());
+    const std::size_t max_n = detail::max_split_rows(off.data(), count);
     scratch<T> u(detail::packed_count<T>("packed U", N, hu()));
     scratch<T> v(detail::packed_count<T>("packed V", N, hv()));
-    scratch<T> t(detail::packed_count<T>("packed T", N, o, hv()));
-    scratch<T> packed(packed_elements(detail::max_split_rows(off.data(), count)));
-    forward_activations(X, off.data(), N, false, 0, u.data(), v.data(), t.data(), packed.data());
-    for (std::size_t k = 0; k < count; ++k) {
-        const std::size_t n = off[k + 1] - off[k];
-        score_view<T> s = dest(k, n);
-        detail::compute_backend<T>::split_scores(detail::const_row_block(v.data() + off[k] * hv(), n, hv()),
-                                                 t.data() + off[k] * o * hv(), o, s, packed.data());
-        done(k, s);
-    }
+    scratch<T> t(detail::packed_count<T>("packed T", eval_t_rows(N, max_n), o, hv()));
+    scratch<T> packed(packed_elements(max_n));
+    project_activations(X, off.data(), N, false, 0, u.data(), v.data(), packed.data());
+    const T* va = v.data();
+    backend::bilinear_scores(dims(), w_.data(), u.data(), off.data(), count, t.data(), false, packed.data(),
+                             [&](std::size_t k, const T* t_rows, T* rest) {
+                                 const std::size_t n = off[k + 1] - off[k];
+                                 score_view<T> s = dest(k, n);
+                                 backend::split_scores(detail::const_row_block(va + off[k] * hv(), n, hv()), t_rows,
+                                                       o, s, rest);
+                                 done(k, s);
+                             });
 }
 
 template <class T>
@@ -230,7 +253,7 @@ typename biaffine_scorer<T>::backprop_type biaffine_scorer<T>::forward_into(cons
     activations<saved_batch> act(*this, sb);
     T *u = act.u, *v = act.v, *t = act.t;
     scratch<T> packed(packed_elements(detail::max_split_rows(sb.off.data(), count)));
-    forward_activations(X, sb.off.data(), N, sb.drop, sb.seed, u, v, t, packed.data());
+    project_activations(X, sb.off.data(), N, sb.drop, sb.seed, u, v, packed.data());
     const bool keep_y = sb.softmax && keep;
     if (keep_y) {
         sb.y_off.resize(count + 1);
@@ -243,14 +266,16 @@ typename biaffine_scorer<T>::backprop_type biaffine_scorer<T>::forward_into(cons
         sb.y_off[count] = static_cast<std::size_t>(total);
         sb.ys = tensor<T, 1>::from_shape({detail::to_index_size(total, "saved scores")});
     }
-    for (std::size_t k = 0; k < count; ++k) {
-        const std::size_t n = sb.off[k + 1] - sb.off[k];
-        score_view<T> s = dest(k, n);
-        backend::split_scores(detail::const_row_block(v + sb.off[k] * hv(), n, hv()), t + sb.off[k] * o * hv(), o, s,
-                              packed.data());
-        if (sb.softmax) detail::softmax_last_axis(s);
-        if (keep_y) detail::row_block(sb.ys.data() + sb.y_off[k], n, n * o) = s.map();
-    }
+    // T for every row (backward reads it), written a group at a time.
+    backend::bilinear_scores(dims(), w_.data(), u, sb.off.data(), count, t, true, packed.data(),
+                             [&](std::size_t k, const T* t_rows, T* rest) {
+                                 const std::size_t n = sb.off[k + 1] - sb.off[k];
+                                 score_view<T> s = dest(k, n);
+                                 backend::split_scores(detail::const_row_block(v + sb.off[k] * hv(), n, hv()), t_rows,
+                                                       o, s, rest);
+                                 if (sb.softmax) detail::softmax_last_axis(s);
+                                 if (keep_y) detail::row_block(sb.ys.data() + sb.y_off[k], n, n * o) = s.map();
+                             });
     return backprop_type([this, sb = std::move(sb)](span<const score_view<const T>> dY,
                                                     span<const seq_view<T>> dX) { backward(sb, dY, dX); });
 }

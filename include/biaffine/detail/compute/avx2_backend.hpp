@@ -70,7 +70,9 @@ struct avx2_backend {
     static constexpr const char* name = "avx2";
     /// What runs each operation, for benches and logs.
     static constexpr const char* operations =
-        "projections (bias + ReLU fused), U.W' (a last odd column: Eigen matrix-vector), dU, dW, input backward: "
+        "projections (bias + ReLU fused), U.W' (every label's W packed once per batch, T a group of splits at a "
+        "time, scored while in L2; a last odd column: one more product over all labels, or with few labels Eigen "
+        "matrix-vector), dU, dW, input backward: "
         "AVX2/FMA 6x16 kernel; per-split scores: "
         "the kernel on all of a split's rows where its panels fill, else on its full 16-row panels with row_dots for "
         "the rows left over (kernel_score_rows), else row_dots (short splits: use_row_dots) or Eigen "
@@ -79,11 +81,14 @@ struct avx2_backend {
     static constexpr std::size_t dw_chunk = BIAFFINE_AVX2_DW_CHUNK;
 
     /// The packed block of inference: Wh^T and Wd^T (and a row block of
-    /// copied inputs), one label's block of W, or one split's Va^T, one at a
-    /// time.
+    /// copied inputs); one label's block of W (bilinear_left); or, when there
+    /// are split scores (max_len > 0), every label's block of W with one
+    /// split's Va^T beside it (bilinear_scores), one at a time.
     static std::size_t packed_elements(const scorer_dims& d, std::size_t max_len) noexcept
     {
-        return std::max({projection_elements(d), gemm_packed_size(d.hu(), d.hv()), gemm_packed_size(d.hv(), max_len)});
+        const std::size_t scores =
+            max_len == 0 ? 0 : left_packed_elements(d) + last_packed_elements(d) + gemm_packed_size(d.hv(), max_len);
+        return std::max({projection_elements(d), gemm_packed_size(d.hu(), d.hv()), scores});
     }
 
     /// The packed block of training: the forward's; for dU = dT W^T one
@@ -152,6 +157,50 @@ struct avx2_backend {
         return 2 * gemm_packed_size(d.n_in, d.hidden) + BIAFFINE_AVX2_ROW_BLOCK * d.n_in;
     }
 
+    // Columns of a label's block of W through the kernel: all but a last
+    // odd one (see bilinear_left).
+    static std::size_t kernel_columns(const scorer_dims& d) noexcept
+    {
+        const std::size_t hv = d.hv(), full = hv / gemm_panel * gemm_panel;
+        return hv - full == 1 && full != 0 ? full : hv;
+    }
+    static std::size_t label_packed_elements(const scorer_dims& d) noexcept
+    {
+        return gemm_packed_size(d.hu(), kernel_columns(d));
+    }
+    // Every label's block of W, packed (bilinear_scores).
+    static std::size_t left_packed_elements(const scorer_dims& d) noexcept
+    {
+        return d.labels * label_packed_elements(d);
+    }
+    // The last odd column of every label's block as one packed [hu, o]
+    // block, with BIAFFINE_AVX2_LAST_COLUMN_PANEL_LABELS labels or more.
+    static std::size_t last_packed_elements(const scorer_dims& d) noexcept
+    {
+        return kernel_columns(d) == d.hv() || d.labels < BIAFFINE_AVX2_LAST_COLUMN_PANEL_LABELS
+                   ? 0
+                   : gemm_packed_size(d.hu(), d.labels);
+    }
+    static void pack_label(const scorer_dims& d, const T* w, std::size_t k, T* packed)
+    {
+        const std::size_t hu = d.hu(), hv = d.hv();
+        gemm_pack_b(w + k * hu * hv, static_cast<std::ptrdiff_t>(hv), 1, hu, kernel_columns(d), packed);
+    }
+    // T's columns of label k for rows u [N, hu] from its packed block:
+    // the kernel, and the last odd column as a matrix-vector product.
+    static void left_label(const scorer_dims& d, const T* w, std::size_t k, const T* packed, const T* u,
+                           std::size_t N, T* t)
+    {
+        const std::size_t hu = d.hu(), hv = d.hv(), m = kernel_columns(d);
+        const auto ldt = static_cast<std::ptrdiff_t>(d.labels * hv);
+        gemm_packed(u, static_cast<std::ptrdiff_t>(hu), N, hu, packed, m, gemm_epilogue{}, t + k * hv, ldt);
+        if (m == hv) return;
+        Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>, 0, Eigen::InnerStride<>> col(
+            t + k * hv + m, static_cast<Eigen::Index>(N), Eigen::InnerStride<>(ldt));
+        col.noalias() =
+            const_row_block(u, N, hu) * const_row_block(w + k * hu * hv, hu, hv).col(static_cast<Eigen::Index>(m));
+    }
+
     // `block(r0, rn, rows)` points rows[0, rn) at rows r0, ..., r0 + rn - 1 of X.
     template <class Block>
     static void project_rows(const scorer_dims& d, const weights_ref<T>& w, std::size_t N, T* u, T* v, T* packed,
@@ -192,20 +241,61 @@ struct avx2_backend {
     static void bilinear_left(const scorer_dims& d, const T* w, const T* u, std::size_t N, T* t, T* packed)
     {
         if (N == 0) return;  // t may be null then: no offsets into it
-        const std::size_t hu = d.hu(), hv = d.hv(), o = d.labels, full = hv / gemm_panel * gemm_panel;
-        const std::size_t ldt = o * hv;
-        const bool one_more = hv - full == 1 && full != 0;
-        const std::size_t m = one_more ? full : hv;  // columns through the kernel
-        const auto ub = const_row_block(u, N, hu);
-        for (std::size_t k = 0; k < o; ++k) {
-            const T* wk = w + k * hu * hv;
-            gemm_pack_b(wk, static_cast<std::ptrdiff_t>(hv), 1, hu, m, packed);
-            gemm_packed(u, static_cast<std::ptrdiff_t>(hu), N, hu, packed, m, gemm_epilogue{}, t + k * hv,
-                        static_cast<std::ptrdiff_t>(ldt));
-            if (!one_more) continue;
-            Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>, 0, Eigen::InnerStride<>> col(
-                t + k * hv + full, static_cast<Eigen::Index>(N), Eigen::InnerStride<>(static_cast<Eigen::Index>(ldt)));
-            col.noalias() = ub * const_row_block(wk, hu, hv).col(static_cast<Eigen::Index>(full));
+        for (std::size_t k = 0; k < d.labels; ++k) {
+            pack_label(d, w, k, packed);
+            left_label(d, w, k, packed, u, N, t);
+        }
+    }
+
+    /// Rows of T per group of bilinear_scores: T and V of a group in
+    /// BIAFFINE_AVX2_SCORE_GROUP_BYTES.
+    static std::size_t score_group_rows(const scorer_dims& d) noexcept
+    {
+        return std::max<std::size_t>(1, BIAFFINE_AVX2_SCORE_GROUP_BYTES / ((d.labels + 1) * d.hv() * sizeof(T)));
+    }
+
+    // Every label's block of W packed once, then T for a group of splits
+    // (score_group_rows) and their scores while that part of T is in L2.
+    template <class Each>
+    static void bilinear_scores(const scorer_dims& d, const T* w, const T* u, const std::size_t* off,
+                                std::size_t count, T* t, bool keep_t, T* packed, Each&& each)
+    {
+        const std::size_t o = d.labels, hv = d.hv(), ldt = o * hv, hu = d.hu(), lsize = label_packed_elements(d);
+        const std::size_t m = kernel_columns(d);
+        T* last = packed + left_packed_elements(d);
+        T* rest = last + last_packed_elements(d);
+        if (off[count] == 0) {  // only empty splits: nothing to pack, t may be null
+            for (std::size_t k = 0; k < count; ++k) each(k, static_cast<const T*>(t), rest);
+            return;
+        }
+        for (std::size_t k = 0; k < o; ++k) pack_label(d, w, k, packed + k * lsize);
+        const bool last_panel = last_packed_elements(d) != 0;
+        // Column m of every label: (a, k) = W[k, a, m].
+        if (last_panel) {
+            gemm_pack_b(w + m, static_cast<std::ptrdiff_t>(hv), static_cast<std::ptrdiff_t>(hu * hv), hu, o, last);
+        }
+        gemm_epilogue strided;
+        strided.col_stride = static_cast<std::ptrdiff_t>(hv);
+        const std::size_t group = score_group_rows(d);
+        for (std::size_t g0 = 0, g1 = 0; g0 < count; g0 = g1) {
+            g1 = g0 + 1;
+            while (g1 < count && off[g1 + 1] - off[g0] <= group) ++g1;
+            const std::size_t r0 = off[g0], rn = off[g1] - r0;
+            T* tg = keep_t ? t + r0 * ldt : t;
+            const T* ug = u + r0 * hu;
+            for (std::size_t k = 0; k < o; ++k) {
+                if (last_panel) {
+                    gemm_packed(ug, static_cast<std::ptrdiff_t>(hu), rn, hu, packed + k * lsize, m, gemm_epilogue{},
+                                tg + k * hv, static_cast<std::ptrdiff_t>(ldt));
+                } else {
+                    left_label(d, w, k, packed + k * lsize, ug, rn, tg);
+                }
+            }
+            if (last_panel) {
+                gemm_packed(ug, static_cast<std::ptrdiff_t>(hu), rn, hu, last, o, strided, tg + m,
+                            static_cast<std::ptrdiff_t>(ldt));
+            }
+            for (std::size_t k = g0; k < g1; ++k) each(k, static_cast<const T*>(tg) + (off[k] - r0) * ldt, rest);
         }
     }
 

@@ -52,58 +52,20 @@ void gemm_pack_b(const T* b, std::ptrdiff_t rs, std::ptrdiff_t cs, std::size_t K
 /// What happens between the accumulators and the store: C = act(acc + bias
 /// [+ C]); `accumulate` adds the destination's old value (a product split
 /// over several calls, or a gradient summed into); `trans` stores element
-/// (r, j) at c[j * ldc + r].
+/// (r, j) at c[j * ldc + r]; `col_stride` (when not 0) stores it at c[r * ldc
+/// + j * col_stride].
 struct gemm_epilogue {
     const float* bias = nullptr;
     bool relu = false;
     bool accumulate = false;
     bool trans = false;
+    std::ptrdiff_t col_stride = 0;
 };
 
-// C[0..R, 0..cols) = epilogue(A[0..R, :] . P) for one panel P [K, 16] (rows
-// ldp apart), row r of A at a[r] (strided or anywhere; six pointers, those
-// past R repeating row R - 1). Always computes six rows (the missing ones
-// are not stored): twelve named accumulators, so the compiler keeps them in
-// registers.
-inline void gemm_block(int R, const float* const* a, const float* p, std::ptrdiff_t ldp, std::size_t K,
-                       const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc, std::size_t cols)
+// C[0..R, 0..cols) = epilogue(acc) for the accumulators of one block.
+inline void gemm_store_block(int R, const __m256 (&acc)[6][2], const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc,
+                             std::size_t cols)
 {
-    const float* a0 = a[0];
-    const float* a1 = a[1];
-    const float* a2 = a[2];
-    const float* a3 = a[3];
-    const float* a4 = a[4];
-    const float* a5 = a[5];
-    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
-    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
-    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
-    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
-    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
-    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
-#pragma GCC unroll 4
-    for (std::size_t k = 0; k < K; ++k) {
-        const __m256 b0 = _mm256_loadu_ps(p);
-        const __m256 b1 = _mm256_loadu_ps(p + 8);
-        p += ldp;
-        __m256 x = _mm256_broadcast_ss(a0 + k);
-        c00 = _mm256_fmadd_ps(x, b0, c00);
-        c01 = _mm256_fmadd_ps(x, b1, c01);
-        x = _mm256_broadcast_ss(a1 + k);
-        c10 = _mm256_fmadd_ps(x, b0, c10);
-        c11 = _mm256_fmadd_ps(x, b1, c11);
-        x = _mm256_broadcast_ss(a2 + k);
-        c20 = _mm256_fmadd_ps(x, b0, c20);
-        c21 = _mm256_fmadd_ps(x, b1, c21);
-        x = _mm256_broadcast_ss(a3 + k);
-        c30 = _mm256_fmadd_ps(x, b0, c30);
-        c31 = _mm256_fmadd_ps(x, b1, c31);
-        x = _mm256_broadcast_ss(a4 + k);
-        c40 = _mm256_fmadd_ps(x, b0, c40);
-        c41 = _mm256_fmadd_ps(x, b1, c41);
-        x = _mm256_broadcast_ss(a5 + k);
-        c50 = _mm256_fmadd_ps(x, b0, c50);
-        c51 = _mm256_fmadd_ps(x, b1, c51);
-    }
     alignas(32) float tail_bias[gemm_panel] = {};
     const float* bb = ep.bias;
     if (bb != nullptr && cols < gemm_panel) {
@@ -112,10 +74,10 @@ inline void gemm_block(int R, const float* const* a, const float* p, std::ptrdif
     }
     const __m256 bias0 = bb != nullptr ? _mm256_loadu_ps(bb) : _mm256_setzero_ps();
     const __m256 bias1 = bb != nullptr ? _mm256_loadu_ps(bb + 8) : _mm256_setzero_ps();
-    const __m256 acc[6][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
     // Element j of row r of the destination (a column of it with `trans`).
-    const std::ptrdiff_t col_step = ep.trans ? ldc : 1, row_step = ep.trans ? 1 : ldc;
-    const bool vector_store = !ep.trans && cols == gemm_panel;
+    const std::ptrdiff_t col_step = ep.trans ? ldc : ep.col_stride != 0 ? ep.col_stride : 1;
+    const std::ptrdiff_t row_step = ep.trans ? 1 : ldc;
+    const bool vector_store = col_step == 1 && cols == gemm_panel;
     for (int r = 0; r < R; ++r) {
         __m256 y0 = _mm256_add_ps(acc[r][0], bias0);
         __m256 y1 = _mm256_add_ps(acc[r][1], bias1);
@@ -146,6 +108,83 @@ inline void gemm_block(int R, const float* const* a, const float* p, std::ptrdif
     }
 }
 
+// C[0..R, 0..cols) = epilogue(A[0..R, :] . P) for one panel P [K, 16] (rows
+// ldp apart), row r of A at a[r] (strided or anywhere). R is a template
+// argument so that a block of fewer than six rows (the last of a product)
+// runs only its own FMAs: with groups of about 18 rows in U W' (50 labels)
+// a block of six computed for one or two rows was a tenth of the work.
+// Named accumulators, so the compiler keeps them in registers; not inlined,
+// because inlined into the loops around it they spilled to the stack (twice
+// the time, AVX2 EPYC, g++ 12).
+template <int R>
+[[gnu::noinline]] void gemm_block_rows(const float* const* a, const float* p, std::ptrdiff_t ldp, std::size_t K,
+                     const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc, std::size_t cols)
+{
+    static_assert(R >= 1 && R <= 6, "one to six rows");
+    const float* a0 = a[0];
+    const float* a1 = a[R > 1 ? 1 : 0];
+    const float* a2 = a[R > 2 ? 2 : 0];
+    const float* a3 = a[R > 3 ? 3 : 0];
+    const float* a4 = a[R > 4 ? 4 : 0];
+    const float* a5 = a[R > 5 ? 5 : 0];
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
+    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (std::size_t k = 0; k < K; ++k) {
+        const __m256 b0 = _mm256_loadu_ps(p);
+        const __m256 b1 = _mm256_loadu_ps(p + 8);
+        p += ldp;
+        __m256 x = _mm256_broadcast_ss(a0 + k);
+        c00 = _mm256_fmadd_ps(x, b0, c00);
+        c01 = _mm256_fmadd_ps(x, b1, c01);
+        if constexpr (R > 1) {
+            x = _mm256_broadcast_ss(a1 + k);
+            c10 = _mm256_fmadd_ps(x, b0, c10);
+            c11 = _mm256_fmadd_ps(x, b1, c11);
+        }
+        if constexpr (R > 2) {
+            x = _mm256_broadcast_ss(a2 + k);
+            c20 = _mm256_fmadd_ps(x, b0, c20);
+            c21 = _mm256_fmadd_ps(x, b1, c21);
+        }
+        if constexpr (R > 3) {
+            x = _mm256_broadcast_ss(a3 + k);
+            c30 = _mm256_fmadd_ps(x, b0, c30);
+            c31 = _mm256_fmadd_ps(x, b1, c31);
+        }
+        if constexpr (R > 4) {
+            x = _mm256_broadcast_ss(a4 + k);
+            c40 = _mm256_fmadd_ps(x, b0, c40);
+            c41 = _mm256_fmadd_ps(x, b1, c41);
+        }
+        if constexpr (R > 5) {
+            x = _mm256_broadcast_ss(a5 + k);
+            c50 = _mm256_fmadd_ps(x, b0, c50);
+            c51 = _mm256_fmadd_ps(x, b1, c51);
+        }
+    }
+    const __m256 acc[6][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+    gemm_store_block(R, acc, ep, c, ldc, cols);
+}
+
+// gemm_block_rows for R = 1..6 rows, chosen at run time.
+inline void gemm_block(int R, const float* const* a, const float* p, std::ptrdiff_t ldp, std::size_t K,
+                       const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc, std::size_t cols)
+{
+    switch (R) {
+    case 6: gemm_block_rows<6>(a, p, ldp, K, ep, c, ldc, cols); break;
+    case 5: gemm_block_rows<5>(a, p, ldp, K, ep, c, ldc, cols); break;
+    case 4: gemm_block_rows<4>(a, p, ldp, K, ep, c, ldc, cols); break;
+    case 3: gemm_block_rows<3>(a, p, ldp, K, ep, c, ldc, cols); break;
+    case 2: gemm_block_rows<2>(a, p, ldp, K, ep, c, ldc, cols); break;
+    default: gemm_block_rows<1>(a, p, ldp, K, ep, c, ldc, cols); break;
+    }
+}
+
 // The loops of the entry points: row r of A at `arow(r)`, panel j starts at
 // `panel(j0)` with rows `ldp(j0)` apart. Rows go in blocks that keep their
 // part of A in L2 while every panel of B (L1-sized for K <= 512) passes over
@@ -167,9 +206,10 @@ void gemm_loops(Row&& arow, std::size_t N, std::size_t K, std::size_t M, Panel&&
                 const int R = static_cast<int>(std::min<std::size_t>(6, rn - r));
                 const std::ptrdiff_t row = static_cast<std::ptrdiff_t>(r0 + r);
                 const std::ptrdiff_t col = static_cast<std::ptrdiff_t>(j0);
-                float* cr = ep.trans ? c + col * ldc + row : c + row * ldc + col;
-                const float* rows[6];  // rows past R repeat the last (computed, not stored)
-                for (int i = 0; i < 6; ++i) rows[i] = arow(r0 + r + static_cast<std::size_t>(std::min(i, R - 1)));
+                const std::ptrdiff_t col_step = ep.col_stride != 0 ? ep.col_stride : 1;
+                float* cr = ep.trans ? c + col * ldc + row : c + row * ldc + col * col_step;
+                const float* rows[6] = {};
+                for (int i = 0; i < R; ++i) rows[i] = arow(r0 + r + static_cast<std::size_t>(i));
                 gemm_block(R, rows, p, ld, K, ep, cr, ldc, cols);
             }
         }

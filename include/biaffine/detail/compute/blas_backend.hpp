@@ -97,6 +97,13 @@ struct blas_backend : eigen_backend<T> {
         }
     }
 
+    template <class Each>
+    static void bilinear_scores(const scorer_dims& d, const T* w, const T* u, const std::size_t* off,
+                                std::size_t count, T* t, bool, T* packed, Each&& each)
+    {
+        bilinear_scores_whole<blas_backend>(d, w, u, off, count, t, packed, each);
+    }
+
     // dUa = sum_k dT_k W_k^T (overwritten), dW_k += Ua^T dT_k.
     static void bilinear_left_backward(const scorer_dims& d, const T* w, const T* u, std::size_t N, const T* dt,
                                        T* du, T* dw, T*)

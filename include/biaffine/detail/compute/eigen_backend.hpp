@@ -140,6 +140,25 @@ void head_scores_backward(const_row_map<T> va, const T* t, const std::size_t* he
     }
 }
 
+/// bilinear_scores for a backend that computes T for the whole batch in one
+/// call (its score_group_rows is the largest size_t).
+template <class Backend, class T, class Each>
+void bilinear_scores_whole(const scorer_dims& d, const T* w, const T* u, const std::size_t* off, std::size_t count,
+                           T* t, T* packed, Each&& each)
+{
+    const std::size_t ldt = d.labels * d.hv();
+    Backend::bilinear_left(d, w, u, off[count], t, packed);
+    for (std::size_t k = 0; k < count; ++k) each(k, static_cast<const T*>(t) + off[k] * ldt, packed);
+}
+
+/// Rows of T a forward holds at once for N packed rows whose longest split
+/// has max_len: a group of at most group_rows rows or one split, never more
+/// than the batch.
+inline std::size_t t_group_rows(std::size_t group_rows, std::size_t N, std::size_t max_len) noexcept
+{
+    return std::min(N, std::max(group_rows, max_len));
+}
+
 /// The scorer's compute on Eigen. Every operation of a backend, with the
 /// shapes the scorer passes (N packed rows of a batch, h = hidden):
 ///
@@ -150,6 +169,13 @@ void head_scores_backward(const_row_map<T> va, const T* t, const std::size_t* he
 ///   reads_items                        true: the scorer calls project_items(d, w, X, off, N, u, v,
 ///                                      packed) instead, on the splits' own rows (no gathered xp)
 ///   bilinear_left(d, w, u, N, t, packed)           t [N, o * hv] = u W'
+///   score_group_rows(d)                rows of T bilinear_scores computes before scoring their
+///                                      splits (the largest size_t: the whole batch)
+///   bilinear_scores(d, w, u, off, count, t, keep_t, packed, each)
+///       T = u W' a group of splits at a time, then each(k, t_rows, packed_rest) for each of
+///       the group's splits k (t_rows: its rows of T; packed_rest: what bilinear_scores
+///       leaves of `packed` for split_scores). keep_t: t holds [N, o * hv] and keeps every
+///       row; else t holds t_group_rows(...) rows, reused per group
 ///   split_scores(va, t_rows, o, s, packed)          one split's s [n, n * o] = va Tr^T
 ///   split_scores_backward(va, t_rows, o, ds, dva, dt_rows)
 ///   head_scores(va, t, head_rows, o, y)             one split's y [n, o] at given heads
@@ -182,6 +208,15 @@ struct eigen_backend {
     {
         detail::bilinear_left<T>(const_row_block(u, N, d.hu()), w, d.labels, d.hv(),
                                  row_block(t, N, d.labels * d.hv()));
+    }
+
+    // Eigen's GEMM packs W on every call: T for the whole batch at once.
+    static std::size_t score_group_rows(const scorer_dims&) noexcept { return static_cast<std::size_t>(-1); }
+    template <class Each>
+    static void bilinear_scores(const scorer_dims& d, const T* w, const T* u, const std::size_t* off,
+                                std::size_t count, T* t, bool, T* packed, Each&& each)
+    {
+        bilinear_scores_whole<eigen_backend>(d, w, u, off, count, t, packed, each);
     }
 
     static void split_scores(const_row_map<T> va, const T* t_rows, std::size_t labels, score_view<T> s, T*)
