@@ -728,9 +728,9 @@ impl make_blas_shapes(const shared_case& c)
     i.executed_gflop = (train ? 3.0 : 1.0) * (proj + left) / 1e9;
     i.predicted_bytes = static_cast<double>(N) * (n_in * (train ? 2 : 1) + hu + h) * 4 +
                         static_cast<double>(chunk) * o * hv * 4 * (train ? 2 : 1);
-    i.run = [st, N, chunk, h, train] {
+    i.run = [st, N, chunk, train] {
         torch::NoGradGuard g;
-        auto Uh = st->U.narrow(1, 0, h);
+        auto Uh = st->U.narrow(1, 0, st->Wh.size(0));
         torch::mm_out(Uh, st->X, st->Wh.t());
         torch::mm_out(st->V, st->X, st->Wd.t());
         for (int64_t r0 = 0; r0 < N; r0 += chunk) {
