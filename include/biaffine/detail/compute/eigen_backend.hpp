@@ -147,7 +147,8 @@ void bilinear_scores_whole(const scorer_dims& d, const T* w, const T* u, const s
                            T* t, T* packed, Each&& each)
 {
     const std::size_t ldt = d.labels * d.hv();
-    Backend::bilinear_left(d, w, u, off[count], t, packed);
+    // Only empty splits: t may be null, and no row of it is read.
+    if (off[count] != 0) Backend::bilinear_left(d, w, u, off[count], t, packed);
     for (std::size_t k = 0; k < count; ++k) each(k, static_cast<const T*>(t) + off[k] * ldt, packed);
 }
 
