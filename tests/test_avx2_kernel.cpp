@@ -1,5 +1,6 @@
-// Tests of biaffine/detail/compute/avx2_kernel.hpp: the packed right side, the
-// fused GEMM + bias + relu against a double-precision loop (every row
+// Tests of biaffine/detail/compute/avx2_kernel.hpp: the packed right side and
+// the blocked transpose against element loops, the fused GEMM + bias + relu
+// against a double-precision loop (every row
 // remainder of the 6-row block, partial panels, strides, K down to 1), and the
 // in-place right side, the transposed store and the accumulating epilogue
 // against it. The kernel exists only where the compiler targets AVX2 and FMA;
@@ -47,6 +48,30 @@ TEST_CASE("gemm_pack_b lays out panels of 16 columns, zero-padded", "[gemm_kerne
                         const float got = packed[j0 * K + k * 16 + j];
                         const float want = j0 + j < M ? w[(j0 + j) * K + k] : 0.0f;
                         REQUIRE(got == want);
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("transpose_block equals an element loop at every tile remainder and stride", "[gemm_kernel]")
+{
+    std::mt19937 gen(11);
+    for (std::size_t rows : {0u, 1u, 7u, 8u, 9u, 16u, 23u}) {
+        for (std::size_t cols : {1u, 5u, 8u, 13u, 129u}) {
+            for (std::size_t pad : {0u, 3u}) {
+                INFO("rows " << rows << " cols " << cols << " pad " << pad);
+                const std::size_t lds = cols + pad, ldd = rows + pad + 1;
+                const std::vector<float> src = random_floats(std::max<std::size_t>(rows * lds, 1), gen);
+                // Sentinels: entries outside [cols, rows] of dst stay untouched.
+                std::vector<float> dst(cols * ldd, -7.0f);
+                biaffine::detail::transpose_block(src.data(), static_cast<std::ptrdiff_t>(lds), rows, cols,
+                                                  dst.data(), static_cast<std::ptrdiff_t>(ldd));
+                for (std::size_t j = 0; j < cols; ++j) {
+                    for (std::size_t i = 0; i < ldd; ++i) {
+                        const float want = i < rows ? src[i * lds + j] : -7.0f;
+                        REQUIRE(dst[j * ldd + i] == want);
                     }
                 }
             }

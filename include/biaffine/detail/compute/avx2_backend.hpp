@@ -349,7 +349,7 @@ struct avx2_backend {
         T* tail = packed + hu * dw_chunk;
         for (std::size_t k0 = 0; k0 < N; k0 += dw_chunk) {
             const std::size_t kc = std::min(dw_chunk, N - k0);
-            row_block(packed, hu, kc) = const_row_block(u + k0 * hu, kc, hu).transpose();
+            transpose_block(u + k0 * hu, hu_s, kc, hu, packed, static_cast<std::ptrdiff_t>(kc));
             for (std::size_t k = 0; k < o; ++k) {
                 gemm_rowmajor_b(packed, static_cast<std::ptrdiff_t>(kc), hu, kc, dt + k0 * o * hv + k * hv, ldt, hv,
                                 tail, dw + k * hu * hv, hv_s, add);
@@ -410,8 +410,8 @@ struct avx2_backend {
         for (std::size_t k0 = 0; k0 < N; k0 += dw_chunk) {  // both sides while X's chunk is in cache
             const std::size_t kc = std::min(dw_chunk, N - k0);
             for (const side& sd : sides) {
-                row_block(packed, h, kc) = const_row_block(sd.dz + k0 * sd.width, kc, sd.width).leftCols(
-                                                static_cast<Eigen::Index>(h)).transpose();
+                transpose_block(sd.dz + k0 * sd.width, static_cast<std::ptrdiff_t>(sd.width), kc, h, packed,
+                                static_cast<std::ptrdiff_t>(kc));
                 gemm_rowmajor_b(packed, static_cast<std::ptrdiff_t>(kc), h, kc, xp + k0 * n_in, n_in_s, n_in, tail,
                                 sd.dw, n_in_s, add);
             }
