@@ -64,6 +64,61 @@ void check_split_scores(const char* name)
     }
 }
 
+// split_scores_backward against double loops: dVa = dS Tr and dTr = dS^T Va
+// (both overwritten: they start as garbage), with strides wider than the rows
+// of Va, dS and dVa. Sizes on both paths (row_combos, Eigen's GEMM).
+template <class Backend, class T>
+void check_split_scores_backward(const char* name)
+{
+    std::mt19937 gen(9);
+    std::uniform_real_distribution<double> d(-1.0, 1.0);
+    const std::size_t hv = 129;
+    const T sentinel = T(-333);
+    for (std::size_t o : {std::size_t(1), std::size_t(4), std::size_t(50)}) {
+        for (std::size_t n : {std::size_t(0), std::size_t(5), std::size_t(12), std::size_t(13), std::size_t(18),
+                              std::size_t(33), std::size_t(51), std::size_t(100)}) {
+            INFO(name << ": labels " << o << " n " << n);
+            const std::size_t no = n * o, ldv = hv + 2, lds = no + 3, ldd = hv + 1;
+            std::vector<T> va(n * ldv), tr(no * hv), ds(n * lds);
+            for (auto* p : {&va, &tr, &ds}) {
+                for (T& x : *p) x = static_cast<T>(d(gen));
+            }
+            std::vector<T> dva(n * ldd, sentinel), dt(no * hv, T(1e6));
+            const auto rows = static_cast<Eigen::Index>(n), cols = static_cast<Eigen::Index>(hv);
+            Backend::split_scores_backward(
+                biaffine::const_row_map<T>(va.data(), rows, cols, Eigen::OuterStride<>(static_cast<Eigen::Index>(ldv))),
+                tr.data(), o, biaffine::score_view<const T>{ds.data(), n, o, static_cast<std::ptrdiff_t>(lds)},
+                biaffine::row_map<T>(dva.data(), rows, cols, Eigen::OuterStride<>(static_cast<Eigen::Index>(ldd))),
+                dt.data());
+            // The error of a sum of K products in T is at most K eps times
+            // the sum of their magnitudes (the standard bound): `error`
+            // measures got - sum_k a[k * sa] b[k * sb] in units of that.
+            const double eps = std::numeric_limits<T>::epsilon();
+            const auto error = [eps](T got, const T* a, std::size_t sa, const T* b, std::size_t sb, std::size_t K) {
+                double want = 0.0, mag = 0.0;
+                for (std::size_t k = 0; k < K; ++k) {
+                    const double p = static_cast<double>(a[k * sa]) * b[k * sb];
+                    want += p;
+                    mag += std::abs(p);
+                }
+                return std::abs(got - want) / (static_cast<double>(K) * eps * mag + 1e-300);
+            };
+            double worst_dva = 0.0, worst_dt = 0.0;
+            for (std::size_t m = 0; m < n; ++m) {
+                for (std::size_t j = 0; j < hv; ++j)
+                    worst_dva = std::max(worst_dva, error(dva[m * ldd + j], &ds[m * lds], 1, &tr[j], hv, no));
+                REQUIRE(dva[m * ldd + hv] == sentinel);
+            }
+            for (std::size_t r = 0; r < no; ++r) {
+                for (std::size_t j = 0; j < hv; ++j)
+                    worst_dt = std::max(worst_dt, error(dt[r * hv + j], &ds[r], lds, &va[j], ldv, n));
+            }
+            CHECK(worst_dva <= 1.0);
+            CHECK(worst_dt <= 1.0);
+        }
+    }
+}
+
 template <class Backend, class T>
 void check_relu_backward(const char* name)
 {
@@ -409,6 +464,12 @@ TEST_CASE("eigen backend: split scores equal a double loop on every path", "[bac
     check_split_scores<biaffine::detail::eigen_backend<float>, float>("eigen<float>");
 }
 
+TEST_CASE("eigen backend: split score backward equals double loops on every path", "[backend]")
+{
+    check_split_scores_backward<biaffine::detail::eigen_backend<double>, double>("eigen<double>");
+    check_split_scores_backward<biaffine::detail::eigen_backend<float>, float>("eigen<float>");
+}
+
 TEST_CASE("eigen backend: relu backward is a select with the bias sums", "[backend]")
 {
     check_relu_backward<biaffine::detail::eigen_backend<double>, double>("eigen<double>");
@@ -435,6 +496,11 @@ TEST_CASE("avx2 backend: split scores equal a double loop on every path", "[back
     REQUIRE(kernel_score_rows(22, 4) == 0);
     REQUIRE(kernel_score_rows(33, 4) == 32);
     check_split_scores<biaffine::detail::avx2_backend, float>("avx2");
+}
+
+TEST_CASE("avx2 backend: split score backward equals double loops on every path", "[backend]")
+{
+    check_split_scores_backward<biaffine::detail::avx2_backend, float>("avx2");
 }
 
 TEST_CASE("avx2 backend: the projections read the splits in place, with or without a column stride", "[backend]")
