@@ -33,21 +33,30 @@ std::vector<float> random_floats(std::size_t n, std::mt19937& gen)
 TEST_CASE("gemm_pack_b lays out panels of 16 columns, zero-padded", "[gemm_kernel]")
 {
     std::mt19937 gen(7);
-    for (std::size_t K : {1u, 5u, 33u}) {
-        for (std::size_t M : {1u, 16u, 17u, 40u}) {
-            INFO("K " << K << " M " << M);
-            // B as the transpose of a row-major [M, K] matrix (how the
-            // projections pass W), so (k, m) sits at w[m * K + k].
-            const std::vector<float> w = random_floats(M * K, gen);
-            std::vector<float> packed(biaffine::detail::gemm_packed_size(K, M), -1.0f);
-            REQUIRE(packed.size() == (M + 15) / 16 * 16 * K);
-            biaffine::detail::gemm_pack_b(w.data(), 1, static_cast<std::ptrdiff_t>(K), K, M, packed.data());
-            for (std::size_t j0 = 0; j0 < M; j0 += 16) {
-                for (std::size_t k = 0; k < K; ++k) {
-                    for (std::size_t j = 0; j < 16; ++j) {
-                        const float got = packed[j0 * K + k * 16 + j];
-                        const float want = j0 + j < M ? w[(j0 + j) * K + k] : 0.0f;
-                        REQUIRE(got == want);
+    for (std::size_t K : {1u, 5u, 8u, 33u, 129u}) {
+        for (std::size_t M : {1u, 9u, 16u, 17u, 40u}) {
+            for (std::size_t pad : {0u, 3u}) {
+                for (bool transposed : {true, false}) {
+                    INFO("K " << K << " M " << M << " pad " << pad << " transposed " << transposed);
+                    // transposed: B as the transpose of a row-major [M, K]
+                    // matrix (how the projections pass W and the scores Va),
+                    // so (k, m) sits at b[m * ld + k]; else B row-major [K, M].
+                    const std::size_t ld = (transposed ? K : M) + pad;
+                    const std::vector<float> b = random_floats((transposed ? M : K) * ld, gen);
+                    const auto at = [&](std::size_t k, std::size_t m) { return transposed ? m * ld + k : k * ld + m; };
+                    std::vector<float> packed(biaffine::detail::gemm_packed_size(K, M), -1.0f);
+                    REQUIRE(packed.size() == (M + 15) / 16 * 16 * K);
+                    const auto lds = static_cast<std::ptrdiff_t>(ld);
+                    biaffine::detail::gemm_pack_b(b.data(), transposed ? 1 : lds, transposed ? lds : 1, K, M,
+                                                  packed.data());
+                    for (std::size_t j0 = 0; j0 < M; j0 += 16) {
+                        for (std::size_t k = 0; k < K; ++k) {
+                            for (std::size_t j = 0; j < 16; ++j) {
+                                const float got = packed[j0 * K + k * 16 + j];
+                                const float want = j0 + j < M ? b[at(k, j0 + j)] : 0.0f;
+                                REQUIRE(got == want);
+                            }
+                        }
                     }
                 }
             }

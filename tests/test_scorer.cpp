@@ -486,27 +486,38 @@ TEMPLATE_TEST_CASE("a batch of only empty splits scores to empty outputs on ever
     // N = 0 packed rows: no backend may offset its null buffers (clang's
     // UBSan: "applying non-zero offset to null pointer"; found twice, once on
     // the kernel path and once on the Eigen backend's whole-batch T).
+    // hidden 16 and 50 labels: the avx2 backend's last odd column of W as a
+    // matrix-vector product and as one panel for every label.
     using F = TestType;
-    scorer_config cfg;
-    cfg.n_in = 5;
-    cfg.hidden = 3;
-    cfg.labels = 2;
-    biaffine_scorer<F> s(cfg);
-    s.initialize(1);
-    const std::vector<F> none;
-    const std::vector<seq_view<const F>> items(3, seq_view<const F>{none.data(), 0, cfg.n_in, 5, 1});
-    const score_list<F> Y = s.predict(items);
-    REQUIRE(Y.size() == 3);
-    for (const auto& y : Y) CHECK(y.size() == 0);
-    std::size_t calls = 0;
-    s.predict_stream(items, [&](std::size_t, score_view<const F> v) {
-        CHECK(v.n == 0);
-        ++calls;
-    });
-    CHECK(calls == 3);
-    auto [Yt, bp] = s.forward(items, mode::train);
-    REQUIRE(Yt.size() == 3);
-    std::vector<score_view<const F>> dy(3, score_view<const F>{nullptr, 0, cfg.labels, 0});
-    std::vector<seq_view<F>> dx(3, seq_view<F>{nullptr, 0, cfg.n_in, 5, 1});
-    bp(span<const score_view<const F>>(dy.data(), dy.size()), span<const seq_view<F>>(dx.data(), dx.size()));
+    for (std::size_t hidden : {std::size_t(3), std::size_t(16)}) {
+        for (std::size_t labels : {std::size_t(2), std::size_t(50)}) {
+            for (bool recompute : {false, true}) {
+                INFO("hidden " << hidden << " labels " << labels << " recompute " << recompute);
+                scorer_config cfg;
+                cfg.n_in = 5;
+                cfg.hidden = hidden;
+                cfg.labels = labels;
+                cfg.recompute_in_backward = recompute;
+                biaffine_scorer<F> s(cfg);
+                s.initialize(1);
+                const std::vector<F> none;
+                const std::vector<seq_view<const F>> items(3, seq_view<const F>{none.data(), 0, cfg.n_in, 5, 1});
+                const score_list<F> Y = s.predict(items);
+                REQUIRE(Y.size() == 3);
+                for (const auto& y : Y) CHECK(y.size() == 0);
+                std::size_t calls = 0;
+                s.predict_stream(items, [&](std::size_t, score_view<const F> v) {
+                    CHECK(v.n == 0);
+                    ++calls;
+                });
+                CHECK(calls == 3);
+                auto [Yt, bp] = s.forward(items, mode::train);
+                REQUIRE(Yt.size() == 3);
+                std::vector<score_view<const F>> dy(3, score_view<const F>{nullptr, 0, cfg.labels, 0});
+                std::vector<seq_view<F>> dx(3, seq_view<F>{nullptr, 0, cfg.n_in, 5, 1});
+                bp(span<const score_view<const F>>(dy.data(), dy.size()),
+                   span<const seq_view<F>>(dx.data(), dx.size()));
+            }
+        }
+    }
 }

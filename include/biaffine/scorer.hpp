@@ -502,6 +502,9 @@ private:
     template <class Items>
     void forward_activations(const Items& X, const std::size_t* off, std::size_t N, bool drop, std::uint64_t seed,
                              T* u, T* v, T* t, T* packed) const;
+    template <class Each>
+    void score_splits(const T* u, const std::size_t* off, std::size_t count, T* t, bool keep_t, T* packed,
+                      Each&& each) const;
     std::size_t eval_t_rows(std::size_t N, std::size_t max_len) const noexcept;
     template <class Items, class Dest, class Done>
     void predict_into(const Items& X, Dest&& dest, Done&& done) const;

@@ -196,8 +196,23 @@ void biaffine_scorer<T>::forward_activations(const Items& X, const std::size_t* 
                                              std::uint64_t seed, T* u, T* v, T* t, T* packed) const
 {
     project_activations(X, off, N, drop, seed, u, v, packed);
-    if (N == 0) return;
+    if (N == 0) return;  // no products for empty splits (see eigen_backend)
     detail::compute_backend<T>::bilinear_left(dims(), w_.data(), u, N, t, packed);
+}
+
+// The backend's bilinear_scores, which needs rows; with only empty splits
+// (t may be null then) each split is scored from no rows of T.
+template <class T>
+template <class Each>
+void biaffine_scorer<T>::score_splits(const T* u, const std::size_t* off, std::size_t count, T* t, bool keep_t,
+                                      T* packed, Each&& each) const
+{
+    if (off[count] == 0) {
+        for (std::size_t k = 0; k < count; ++k) each(k, static_cast<const T*>(nullptr), packed);
+        return;
+    }
+    detail::compute_backend<T>::bilinear_scores(dims(), w_.data(), u, off, count, t, keep_t, packed,
+                                                std::forward<Each>(each));
 }
 
 // Rows of T inference holds at once (the backend's group, or the batch).
@@ -226,14 +241,13 @@ void biaffine_scorer<T>::predict_into(const Items& X, Dest&& dest, Done&& done) 
     scratch<T> packed(packed_elements(max_n));
     project_activations(X, off.data(), N, false, 0, u.data(), v.data(), packed.data());
     const T* va = v.data();
-    backend::bilinear_scores(dims(), w_.data(), u.data(), off.data(), count, t.data(), false, packed.data(),
-                             [&](std::size_t k, const T* t_rows, T* rest) {
-                                 const std::size_t n = off[k + 1] - off[k];
-                                 score_view<T> s = dest(k, n);
-                                 backend::split_scores(detail::const_row_block(va + off[k] * hv(), n, hv()), t_rows,
-                                                       o, s, rest);
-                                 done(k, s);
-                             });
+    score_splits(u.data(), off.data(), count, t.data(), false, packed.data(),
+                 [&](std::size_t k, const T* t_rows, T* rest) {
+                     const std::size_t n = off[k + 1] - off[k];
+                     score_view<T> s = dest(k, n);
+                     backend::split_scores(detail::const_row_block(va + off[k] * hv(), n, hv()), t_rows, o, s, rest);
+                     done(k, s);
+                 });
 }
 
 template <class T>
@@ -267,15 +281,13 @@ typename biaffine_scorer<T>::backprop_type biaffine_scorer<T>::forward_into(cons
         sb.ys = tensor<T, 1>::from_shape({detail::to_index_size(total, "saved scores")});
     }
     // T for every row (backward reads it), written a group at a time.
-    backend::bilinear_scores(dims(), w_.data(), u, sb.off.data(), count, t, true, packed.data(),
-                             [&](std::size_t k, const T* t_rows, T* rest) {
-                                 const std::size_t n = sb.off[k + 1] - sb.off[k];
-                                 score_view<T> s = dest(k, n);
-                                 backend::split_scores(detail::const_row_block(v + sb.off[k] * hv(), n, hv()), t_rows,
-                                                       o, s, rest);
-                                 if (sb.softmax) detail::softmax_last_axis(s);
-                                 if (keep_y) detail::row_block(sb.ys.data() + sb.y_off[k], n, n * o) = s.map();
-                             });
+    score_splits(u, sb.off.data(), count, t, true, packed.data(), [&](std::size_t k, const T* t_rows, T* rest) {
+        const std::size_t n = sb.off[k + 1] - sb.off[k];
+        score_view<T> s = dest(k, n);
+        backend::split_scores(detail::const_row_block(v + sb.off[k] * hv(), n, hv()), t_rows, o, s, rest);
+        if (sb.softmax) detail::softmax_last_axis(s);
+        if (keep_y) detail::row_block(sb.ys.data() + sb.y_off[k], n, n * o) = s.map();
+    });
     return backprop_type([this, sb = std::move(sb)](span<const score_view<const T>> dY,
                                                     span<const seq_view<T>> dX) { backward(sb, dY, dX); });
 }

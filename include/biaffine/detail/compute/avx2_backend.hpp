@@ -187,14 +187,15 @@ struct avx2_backend {
         gemm_pack_b(w + k * hu * hv, static_cast<std::ptrdiff_t>(hv), 1, hu, kernel_columns(d), packed);
     }
     // T's columns of label k for rows u [N, hu] from its packed block:
-    // the kernel, and the last odd column as a matrix-vector product.
+    // the kernel, and the last odd column as a matrix-vector product unless
+    // the caller computes it for every label at once (last_column false).
     static void left_label(const scorer_dims& d, const T* w, std::size_t k, const T* packed, const T* u,
-                           std::size_t N, T* t)
+                           std::size_t N, T* t, bool last_column = true)
     {
         const std::size_t hu = d.hu(), hv = d.hv(), m = kernel_columns(d);
         const auto ldt = static_cast<std::ptrdiff_t>(d.labels * hv);
         gemm_packed(u, static_cast<std::ptrdiff_t>(hu), N, hu, packed, m, gemm_epilogue{}, t + k * hv, ldt);
-        if (m == hv) return;
+        if (m == hv || !last_column) return;
         Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>, 0, Eigen::InnerStride<>> col(
             t + k * hv + m, static_cast<Eigen::Index>(N), Eigen::InnerStride<>(ldt));
         col.noalias() =
@@ -240,7 +241,6 @@ struct avx2_backend {
     // column is used (1/9 of the product's FMAs at h = 128).
     static void bilinear_left(const scorer_dims& d, const T* w, const T* u, std::size_t N, T* t, T* packed)
     {
-        if (N == 0) return;  // t may be null then: no offsets into it
         for (std::size_t k = 0; k < d.labels; ++k) {
             pack_label(d, w, k, packed);
             left_label(d, w, k, packed, u, N, t);
@@ -264,10 +264,6 @@ struct avx2_backend {
         const std::size_t m = kernel_columns(d);
         T* last = packed + left_packed_elements(d);
         T* rest = last + last_packed_elements(d);
-        if (off[count] == 0) {  // only empty splits: nothing to pack, t may be null
-            for (std::size_t k = 0; k < count; ++k) each(k, static_cast<const T*>(t), rest);
-            return;
-        }
         for (std::size_t k = 0; k < o; ++k) pack_label(d, w, k, packed + k * lsize);
         const bool last_panel = last_packed_elements(d) != 0;
         // Column m of every label: (a, k) = W[k, a, m].
@@ -283,14 +279,7 @@ struct avx2_backend {
             const std::size_t r0 = off[g0], rn = off[g1] - r0;
             T* tg = keep_t ? t + r0 * ldt : t;
             const T* ug = u + r0 * hu;
-            for (std::size_t k = 0; k < o; ++k) {
-                if (last_panel) {
-                    gemm_packed(ug, static_cast<std::ptrdiff_t>(hu), rn, hu, packed + k * lsize, m, gemm_epilogue{},
-                                tg + k * hv, static_cast<std::ptrdiff_t>(ldt));
-                } else {
-                    left_label(d, w, k, packed + k * lsize, ug, rn, tg);
-                }
-            }
+            for (std::size_t k = 0; k < o; ++k) left_label(d, w, k, packed + k * lsize, ug, rn, tg, !last_panel);
             if (last_panel) {
                 gemm_packed(ug, static_cast<std::ptrdiff_t>(hu), rn, hu, last, o, strided, tg + m,
                             static_cast<std::ptrdiff_t>(ldt));

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <type_traits>
 
 #include <immintrin.h>
 
@@ -33,36 +34,22 @@ inline std::size_t gemm_packed_size(std::size_t K, std::size_t M) noexcept
     return (M + gemm_panel - 1) / gemm_panel * gemm_panel * K;
 }
 
-/// Packs B (element (k, m) at `b[k * rs + m * cs]`, K x M) into panels of 16
-/// columns, each [K, 16] row-major, the last one zero-padded.
-template <class T>
-void gemm_pack_b(const T* b, std::ptrdiff_t rs, std::ptrdiff_t cs, std::size_t K, std::size_t M, T* out)
-{
-    for (std::size_t j0 = 0; j0 < M; j0 += gemm_panel) {
-        const std::size_t w = std::min(gemm_panel, M - j0);
-        for (std::size_t k = 0; k < K; ++k) {
-            T* dst = out + (j0 * K) + k * gemm_panel;
-            const T* src = b + static_cast<std::ptrdiff_t>(k) * rs + static_cast<std::ptrdiff_t>(j0) * cs;
-            for (std::size_t j = 0; j < w; ++j) dst[j] = src[static_cast<std::ptrdiff_t>(j) * cs];
-            for (std::size_t j = w; j < gemm_panel; ++j) dst[j] = T(0);
-        }
-    }
-}
-
 /// dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols: 8 x 8 tiles
 /// transposed in registers, the edges element by element. (Eigen's
 /// assignment of a transposed row-major block moves two floats per step:
-/// 4% of a training step over 100k tokens went there, AVX2 EPYC.)
+/// about 5% of a training step over 100k tokens went there, AVX2 EPYC.)
 inline void transpose_block(const float* src, std::ptrdiff_t lds, std::size_t rows, std::size_t cols, float* dst,
                             std::ptrdiff_t ldd)
 {
     const auto at = [](std::size_t a, std::ptrdiff_t ld, std::size_t b) {
         return static_cast<std::ptrdiff_t>(a) * ld + static_cast<std::ptrdiff_t>(b);
     };
-    std::size_t i = 0;
-    for (; i + 8 <= rows; i += 8) {
-        std::size_t j = 0;
-        for (; j + 8 <= cols; j += 8) {
+    // Tile bounds computed first: with `j + 8 <= cols` as the loop test,
+    // g++ 12 warned (-Waggressive-loop-optimizations) on the edge loop once
+    // a constant `cols` was inlined.
+    const std::size_t rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
+    for (std::size_t i = 0; i < rows8; i += 8) {
+        for (std::size_t j = 0; j < cols8; j += 8) {
             __m256 r[8], t[8];
             for (std::size_t q = 0; q < 8; ++q) r[q] = _mm256_loadu_ps(src + at(i + q, lds, j));
             // Pairs of rows interleaved, then quads: t[q] holds column q of
@@ -82,12 +69,52 @@ inline void transpose_block(const float* src, std::ptrdiff_t lds, std::size_t ro
                 _mm256_storeu_ps(dst + at(j + q + 4, ldd, i), _mm256_permute2f128_ps(t[q], t[q + 4], 0x31));
             }
         }
-        for (; j < cols; ++j) {
+        for (std::size_t j = cols8; j < cols; ++j) {
             for (std::size_t q = 0; q < 8; ++q) dst[at(j, ldd, i + q)] = src[at(i + q, lds, j)];
         }
     }
-    for (; i < rows; ++i) {
+    for (std::size_t i = rows8; i < rows; ++i) {
         for (std::size_t j = 0; j < cols; ++j) dst[at(j, ldd, i)] = src[at(i, lds, j)];
+    }
+}
+
+/// Packs B (element (k, m) at `b[k * rs + m * cs]`, K x M) into panels of 16
+/// columns, each [K, 16] row-major, the last one zero-padded. With rs == 1
+/// (B given as its row-major transpose, e.g. W^T or Va^T) each panel is a
+/// transpose_block: element by element, the pack of Va^T for the per-split
+/// scores was 3% of the time of 100k tokens, o = 1 (AVX2 EPYC). With cs ==
+/// 1 (row-major B, e.g. every label's W per batch) a full panel's rows are
+/// vector copies.
+template <class T>
+void gemm_pack_b(const T* b, std::ptrdiff_t rs, std::ptrdiff_t cs, std::size_t K, std::size_t M, T* out)
+{
+    for (std::size_t j0 = 0; j0 < M; j0 += gemm_panel) {
+        const std::size_t w = std::min(gemm_panel, M - j0);
+        T* panel = out + j0 * K;
+        if constexpr (std::is_same<T, float>::value) {
+            if (rs == 1) {
+                transpose_block(b + static_cast<std::ptrdiff_t>(j0) * cs, cs, w, K, panel,
+                                static_cast<std::ptrdiff_t>(gemm_panel));
+                for (std::size_t k = 0; w < gemm_panel && k < K; ++k) {
+                    std::fill(panel + k * gemm_panel + w, panel + (k + 1) * gemm_panel, T(0));
+                }
+                continue;
+            }
+            if (cs == 1 && w == gemm_panel) {  // rows of 16 floats in a row: two vector copies each
+                for (std::size_t k = 0; k < K; ++k) {
+                    const float* src = b + static_cast<std::ptrdiff_t>(k) * rs + static_cast<std::ptrdiff_t>(j0);
+                    _mm256_storeu_ps(panel + k * gemm_panel, _mm256_loadu_ps(src));
+                    _mm256_storeu_ps(panel + k * gemm_panel + 8, _mm256_loadu_ps(src + 8));
+                }
+                continue;
+            }
+        }
+        for (std::size_t k = 0; k < K; ++k) {
+            T* dst = panel + k * gemm_panel;
+            const T* src = b + static_cast<std::ptrdiff_t>(k) * rs + static_cast<std::ptrdiff_t>(j0) * cs;
+            for (std::size_t j = 0; j < w; ++j) dst[j] = src[static_cast<std::ptrdiff_t>(j) * cs];
+            for (std::size_t j = w; j < gemm_panel; ++j) dst[j] = T(0);
+        }
     }
 }
 
@@ -108,10 +135,13 @@ struct gemm_epilogue {
 inline void gemm_store_block(int R, const __m256 (&acc)[6][2], const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc,
                              std::size_t cols)
 {
-    alignas(32) float tail_bias[gemm_panel] = {};
+    // The scratch arrays are zeroed only on the paths that read them: zeroing
+    // them for every block and row was 2-3% of the kernel's samples (perf,
+    // 100k tokens, o = 1, AVX2 EPYC).
+    alignas(32) float tail_bias[gemm_panel];
     const float* bb = ep.bias;
     if (bb != nullptr && cols < gemm_panel) {
-        std::copy(bb, bb + cols, tail_bias);
+        std::fill(std::copy(bb, bb + cols, tail_bias), tail_bias + gemm_panel, 0.0f);
         bb = tail_bias;
     }
     const __m256 bias0 = bb != nullptr ? _mm256_loadu_ps(bb) : _mm256_setzero_ps();
@@ -124,12 +154,12 @@ inline void gemm_store_block(int R, const __m256 (&acc)[6][2], const gemm_epilog
         __m256 y0 = _mm256_add_ps(acc[r][0], bias0);
         __m256 y1 = _mm256_add_ps(acc[r][1], bias1);
         float* row = c + r * row_step;
-        alignas(32) float tmp[gemm_panel] = {};
         if (ep.accumulate) {
             if (vector_store) {
                 y0 = _mm256_add_ps(y0, _mm256_loadu_ps(row));
                 y1 = _mm256_add_ps(y1, _mm256_loadu_ps(row + 8));
             } else {
+                alignas(32) float tmp[gemm_panel] = {};
                 for (std::size_t j = 0; j < cols; ++j) tmp[j] = row[static_cast<std::ptrdiff_t>(j) * col_step];
                 y0 = _mm256_add_ps(y0, _mm256_load_ps(tmp));
                 y1 = _mm256_add_ps(y1, _mm256_load_ps(tmp + 8));
@@ -143,6 +173,7 @@ inline void gemm_store_block(int R, const __m256 (&acc)[6][2], const gemm_epilog
             _mm256_storeu_ps(row, y0);
             _mm256_storeu_ps(row + 8, y1);
         } else {  // a partial panel, or a column of the destination: one scalar store per element
+            alignas(32) float tmp[gemm_panel];
             _mm256_store_ps(tmp, y0);
             _mm256_store_ps(tmp + 8, y1);
             for (std::size_t j = 0; j < cols; ++j) row[static_cast<std::ptrdiff_t>(j) * col_step] = tmp[j];
@@ -250,8 +281,13 @@ void gemm_loops(Row&& arow, std::size_t N, std::size_t K, std::size_t M, Panel&&
                 const std::ptrdiff_t col = static_cast<std::ptrdiff_t>(j0);
                 const std::ptrdiff_t col_step = ep.col_stride != 0 ? ep.col_stride : 1;
                 float* cr = ep.trans ? c + col * ldc + row : c + row * ldc + col * col_step;
-                const float* rows[6] = {};
-                for (int i = 0; i < R; ++i) rows[i] = arow(r0 + r + static_cast<std::size_t>(i));
+                // Six entries always (the last row repeated past R): with R
+                // entries g++ copied them by `rep movs`, 2-3% of the time of
+                // 100k tokens, o = 1 (AVX2 EPYC). gemm_block_rows<R> reads
+                // only the first R.
+                const std::size_t last = static_cast<std::size_t>(R) - 1;
+                const float* rows[6];
+                for (std::size_t i = 0; i < 6; ++i) rows[i] = arow(r0 + r + std::min(i, last));
                 gemm_block(R, rows, p, ld, K, ep, cr, ldc, cols);
             }
         }

@@ -147,8 +147,7 @@ void bilinear_scores_whole(const scorer_dims& d, const T* w, const T* u, const s
                            T* t, T* packed, Each&& each)
 {
     const std::size_t ldt = d.labels * d.hv();
-    // Only empty splits: t may be null, and no row of it is read.
-    if (off[count] != 0) Backend::bilinear_left(d, w, u, off[count], t, packed);
+    Backend::bilinear_left(d, w, u, off[count], t, packed);
     for (std::size_t k = 0; k < count; ++k) each(k, static_cast<const T*>(t) + off[k] * ldt, packed);
 }
 
@@ -161,7 +160,9 @@ inline std::size_t t_group_rows(std::size_t group_rows, std::size_t N, std::size
 }
 
 /// The scorer's compute on Eigen. Every operation of a backend, with the
-/// shapes the scorer passes (N packed rows of a batch, h = hidden):
+/// shapes the scorer passes (N packed rows of a batch, h = hidden). The
+/// scorer calls none of the products for a batch of only empty splits
+/// (N = 0, when its buffers may be null): backends need no check for it.
 ///
 ///   packed_elements(d, max_len)        scratch elements the inference path carves for `packed`
 ///   train_packed_elements(d, max_len)  the same for training (forward and backward)
