@@ -11,18 +11,34 @@
 /// Define to build the float path without the hand-written AVX2/FMA GEMM
 /// kernel: every product then goes through Eigen (as double always does).
 /// The kernel is otherwise used when the compiler targets AVX2 and FMA but
-/// not AVX-512 (see BIAFFINE_AVX2_KERNEL_ON_AVX512).
+/// not AVX-512, and on AVX-512 targets tuned for AMD Zen 3 / Zen 4 (see
+/// BIAFFINE_AVX2_KERNEL_ON_AVX512).
 // #define BIAFFINE_NO_GEMM_KERNEL
 
 /// 1: float runs on the AVX2/FMA kernel also when the compiler targets
-/// AVX-512. Default 0: on AVX-512 targets float runs on Eigen, whose AVX-512
-/// GEMM is the faster there. Measured on an AVX-512 Xeon (2 cores, g++ 12.2,
-/// -O3 -march=native, Eigen 3.4.0): the pipeline at 110 GFLOP/s on Eigen vs
-/// 71 on the kernel (100k tokens, o = 1), 93 vs 54 (20k, o = 50), 93 vs 55
-/// (training); the projection alone 105.7 vs 89.5. On AVX2 without AVX-512
-/// (AMD EPYC) the kernel wins (projection 74 vs 49.9), so it stays there.
+/// AVX-512; 0: on AVX-512 targets float runs on Eigen's AVX-512 GEMM. Which
+/// wins depends on the CPU's 512-bit FMA width, which only the tuning target
+/// tells at compile time, so the default is 1 when the compiler tunes for
+/// AMD Zen 3 / Zen 4 (`__tune_znver3__`, `__tune_znver4__`; g++ 12 and
+/// clang 14 call Zen 4 "znver3" with AVX-512 added), 0 otherwise.
+/// - AVX-512 Xeon (2 cores, g++ 12.2, -O3 -march=native, Eigen 3.4.0): the
+///   pipeline at 110 GFLOP/s on Eigen vs 71 on the kernel (100k tokens,
+///   o = 1), 93 vs 54 (20k, o = 50), 93 vs 55 (training); the projection
+///   alone 105.7 vs 89.5. Eigen.
+/// - AMD EPYC Zen 4 (AVX-512 executed as two 256-bit halves; same build):
+///   the projection 60.7 on Eigen vs 88.7 on the kernel (bench_kernels
+///   BM_projection); the pipeline at 100k tokens, o = 1 0.32-0.38 s on Eigen
+///   vs 0.24-0.27 s on the kernel. The kernel.
+/// - AVX2 without AVX-512 (AMD EPYC Zen 3): the kernel (projection 74 vs
+///   49.9); this switch does not apply there.
+/// Other AVX-512 CPUs (Zen 5 among them) were not measured and get Eigen.
 #ifndef BIAFFINE_AVX2_KERNEL_ON_AVX512
+#define BIAFFINE_AVX2_KERNEL_ON_AVX512_DEFAULT 1  // for the tests: not overridden
+#if defined(__tune_znver3__) || defined(__tune_znver4__)
+#define BIAFFINE_AVX2_KERNEL_ON_AVX512 1
+#else
 #define BIAFFINE_AVX2_KERNEL_ON_AVX512 0
+#endif
 #endif
 
 /// Define (and link a CBLAS: OpenBLAS or BLIS) to run the scorer's
@@ -39,8 +55,9 @@
 #endif
 
 /// 1: silence GCC bug 105593 (`'__Y' may be used uninitialized` from
-/// avx512fintrin.h inside Eigen's AVX-512 code) around the library's include
-/// of Eigen. Default: on for GCC 12.1 / 12.2 targeting AVX-512, the compilers
+/// avx512fintrin.h inside Eigen's AVX-512 code), and the same compilers'
+/// `-Warray-bounds` false positive on Eigen's packet loads there, around the
+/// library's include of Eigen. Default: on for GCC 12.1 / 12.2 targeting AVX-512, the compilers
 /// that have the bug; off everywhere else.
 #ifndef BIAFFINE_SILENCE_GCC_105593
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12 && __GNUC_MINOR__ < 3 && defined(__AVX512F__)

@@ -5,10 +5,11 @@
 // double always runs on Eigen. float runs on the AVX2/FMA kernel where the
 // compiler targets AVX2 and FMA but not AVX-512 (the CPUs it was measured to
 // win on), unless BIAFFINE_NO_GEMM_KERNEL; on AVX-512 targets on Eigen,
-// whose AVX-512 GEMM is faster there (config.hpp has the figures;
-// BIAFFINE_AVX2_KERNEL_ON_AVX512 overrides). With BIAFFINE_USE_BLAS both
-// types run their batch-wide products on the linked CBLAS. Adding a backend:
-// one header beside this one, and its line here.
+// whose AVX-512 GEMM is faster on the Xeon measured, except when tuned for
+// AMD Zen 3 / 4, whose 256-bit FMA units run the kernel faster (config.hpp
+// has the figures; BIAFFINE_AVX2_KERNEL_ON_AVX512 overrides). With
+// BIAFFINE_USE_BLAS both types run their batch-wide products on the linked
+// CBLAS. Adding a backend: one header beside this one, and its line here.
 #pragma once
 
 #include "biaffine/config.hpp"
