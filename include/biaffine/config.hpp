@@ -103,6 +103,18 @@
 #ifndef BIAFFINE_AVX2_ROW_BLOCK
 #define BIAFFINE_AVX2_ROW_BLOCK 96
 #endif
+/// 1: where the target has AVX-512, the kernel's inner loop keeps each row
+/// of its 6 x 16 block in one 512-bit register (one FMA per row and k, the
+/// row's element of A broadcast from memory inside the FMA) instead of two
+/// 256-bit ones; same panels, same epilogue. 0: the 256-bit loop. Measured
+/// on an AMD EPYC Zen 4 (AVX-512 as two 256-bit halves; g++ 12.2, -O3
+/// -march=native; bench_vs_reference --impls ours, medians of 5, six
+/// alternated rounds): 100k tokens, o = 1 0.187-0.209 s against 0.198-0.256
+/// s; 20k, o = 50 0.517-0.534 against 0.537-0.623; training 0.697-0.712
+/// against 0.731-0.765 (three rounds). Ignored without AVX-512.
+#ifndef BIAFFINE_AVX2_KERNEL_ZMM
+#define BIAFFINE_AVX2_KERNEL_ZMM 1
+#endif
 /// Rows of X^T dZ (and Ua^T dT) summed per kernel call in the weight
 /// gradients: keeps a [96, chunk] block of X^T in L2 and the dZ panel in L1
 /// (AVX2 EPYC).

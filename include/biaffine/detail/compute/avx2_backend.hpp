@@ -73,7 +73,7 @@ struct avx2_backend {
         "projections (bias + ReLU fused), U.W' (every label's W packed once per batch, T a group of splits at a "
         "time, scored while in L2; a last odd column: one more product over all labels, or with few labels Eigen "
         "matrix-vector), dU, dW, input backward: "
-        "AVX2/FMA 6x16 kernel; per-split scores: "
+        BIAFFINE_DETAIL_GEMM_KERNEL_NAME "; per-split scores: "
         "the kernel on all of a split's rows where its panels fill, else on its full 16-row panels with row_dots for "
         "the rows left over (kernel_score_rows), else row_dots (short splits: use_row_dots) or Eigen "
         "GEMM; per-split score backward: row_dots or Eigen GEMM";

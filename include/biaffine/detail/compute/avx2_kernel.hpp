@@ -189,6 +189,15 @@ inline void gemm_store_block(int R, const __m256 (&acc)[6][2], const gemm_epilog
 // Named accumulators, so the compiler keeps them in registers; not inlined,
 // because inlined into the loops around it they spilled to the stack (twice
 // the time, AVX2 EPYC, g++ 12).
+// Two bodies: on AVX-512 targets (BIAFFINE_AVX2_KERNEL_ZMM) a row of the
+// block is one 512-bit register, else two 256-bit ones.
+#if BIAFFINE_AVX2_KERNEL_ZMM && defined(__AVX512F__)
+#define BIAFFINE_DETAIL_GEMM_KERNEL_ZMM 1
+#define BIAFFINE_DETAIL_GEMM_KERNEL_NAME "6x16 FMA kernel (AVX-512 registers: one per row)"
+#else
+#define BIAFFINE_DETAIL_GEMM_KERNEL_ZMM 0
+#define BIAFFINE_DETAIL_GEMM_KERNEL_NAME "AVX2/FMA 6x16 kernel"
+#endif
 template <int R>
 [[gnu::noinline]] void gemm_block_rows(const float* const* a, const float* p, std::ptrdiff_t ldp, std::size_t K,
                      const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc, std::size_t cols)
@@ -200,6 +209,28 @@ template <int R>
     const float* a3 = a[R > 3 ? 3 : 0];
     const float* a4 = a[R > 4 ? 4 : 0];
     const float* a5 = a[R > 5 ? 5 : 0];
+#if BIAFFINE_DETAIL_GEMM_KERNEL_ZMM
+    __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps(), c2 = _mm512_setzero_ps();
+    __m512 c3 = _mm512_setzero_ps(), c4 = _mm512_setzero_ps(), c5 = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (std::size_t k = 0; k < K; ++k) {
+        const __m512 b = _mm512_loadu_ps(p);
+        p += ldp;
+        c0 = _mm512_fmadd_ps(_mm512_set1_ps(a0[k]), b, c0);
+        if constexpr (R > 1) c1 = _mm512_fmadd_ps(_mm512_set1_ps(a1[k]), b, c1);
+        if constexpr (R > 2) c2 = _mm512_fmadd_ps(_mm512_set1_ps(a2[k]), b, c2);
+        if constexpr (R > 3) c3 = _mm512_fmadd_ps(_mm512_set1_ps(a3[k]), b, c3);
+        if constexpr (R > 4) c4 = _mm512_fmadd_ps(_mm512_set1_ps(a4[k]), b, c4);
+        if constexpr (R > 5) c5 = _mm512_fmadd_ps(_mm512_set1_ps(a5[k]), b, c5);
+    }
+    // Halves through memory: g++ 12's 256-bit extract intrinsics trip its
+    // bug 105593 (an undefined merge operand) under -Werror.
+    alignas(64) float t[6][gemm_panel];
+    const __m512 cs[6] = {c0, c1, c2, c3, c4, c5};
+    for (int r = 0; r < R; ++r) _mm512_store_ps(t[r], cs[r]);
+    __m256 acc[6][2];
+    for (int r = 0; r < R; ++r) acc[r][0] = _mm256_load_ps(t[r]), acc[r][1] = _mm256_load_ps(t[r] + 8);
+#else
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
     __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
     __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
@@ -241,6 +272,7 @@ template <int R>
         }
     }
     const __m256 acc[6][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+#endif
     gemm_store_block(R, acc, ep, c, ldc, cols);
 }
 
