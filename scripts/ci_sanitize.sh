@@ -15,7 +15,20 @@ cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 
 export BIAFFINE_TEST_SCALE=${BIAFFINE_TEST_SCALE:-0.25}
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1}
+# ASan's fake stack (detect_stack_use_after_return) is off where g++ before
+# 14 targets AVX-512: there test_gradients crashed (SEGV on a garbage address
+# while copying an initializer_list) on a Zen 4 EPYC at -march=native, every
+# run, while the same test passed with the fake stack off, with
+# -mno-avx512f, and under clang 14's ASan with the fake stack on. That looks
+# like g++'s fake-stack handling of AVX-512 frames (GCC bug 110027 reports
+# misaligned stack objects there), not a bug of ours; every other check stays.
+uar=1
+if echo | ${CXX:-g++} -march=native -dM -E - 2>/dev/null | grep -q '__AVX512F__' &&
+  [ "$(${CXX:-g++} -dumpversion | cut -d. -f1)" -lt 14 ]; then
+  uar=0
+  echo "ci_sanitize: AVX-512 target with g++ < 14: detect_stack_use_after_return=0"
+fi
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=$uar:check_initialization_order=1:strict_init_order=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 # -Wno-maybe-uninitialized: GCC 12 reports false positives in libstdc++
