@@ -91,7 +91,7 @@ TEST_CASE("transpose_block equals an element loop at every tile remainder and st
 TEST_CASE("gemm_bias_relu equals a double-precision loop", "[gemm_kernel]")
 {
     std::mt19937 gen(11);
-    for (std::size_t N : {1u, 2u, 5u, 6u, 7u, 12u, 13u, 97u, 200u}) {
+    for (std::size_t N : {1u, 2u, 5u, 6u, 7u, 11u, 12u, 13u, 19u, 97u, 200u}) {
         for (std::size_t K : {1u, 3u, 129u, 256u}) {
             for (std::size_t M : {1u, 15u, 16u, 17u, 129u}) {
                 for (int variant = 0; variant < 4; ++variant) {

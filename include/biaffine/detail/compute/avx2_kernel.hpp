@@ -307,8 +307,15 @@ void gemm_loops(Row&& arow, std::size_t N, std::size_t K, std::size_t M, Panel&&
             const float* p = panel(j0);
             const std::ptrdiff_t ld = ldp(j0);
             ep.bias = bias != nullptr ? bias + j0 : nullptr;
-            for (std::size_t r = 0; r < rn; r += 6) {
-                const int R = static_cast<int>(std::min<std::size_t>(6, rn - r));
+            // Rows in as few blocks of at most six as will do, of even
+            // heights (19 rows: 5, 5, 5, 4, not 6, 6, 6, 1): a block of R
+            // rows has R independent FMA chains, and below four (the FMA
+            // latency) it runs at R / 4 of the FMA rate. U W' over groups
+            // of about 19 rows at 50 labels: 20k tokens took 0.564 / 0.589 /
+            // 0.553 s against 0.586 / 0.626 / 0.577 (Zen 4, AVX-512 rows).
+            const std::size_t blocks = (rn + 5) / 6, low = rn / blocks, high_blocks = rn % blocks;
+            for (std::size_t b = 0, r = 0; b < blocks; ++b) {
+                const int R = static_cast<int>(low + (b < high_blocks ? 1 : 0));
                 const std::ptrdiff_t row = static_cast<std::ptrdiff_t>(r0 + r);
                 const std::ptrdiff_t col = static_cast<std::ptrdiff_t>(j0);
                 const std::ptrdiff_t col_step = ep.col_stride != 0 ? ep.col_stride : 1;
@@ -321,6 +328,7 @@ void gemm_loops(Row&& arow, std::size_t N, std::size_t K, std::size_t M, Panel&&
                 const float* rows[6];
                 for (std::size_t i = 0; i < 6; ++i) rows[i] = arow(r0 + r + std::min(i, last));
                 gemm_block(R, rows, p, ld, K, ep, cr, ldc, cols);
+                r += static_cast<std::size_t>(R);
             }
         }
     }
