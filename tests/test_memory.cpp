@@ -648,3 +648,46 @@ TEST_CASE("training with recompute_in_backward peaks within outputs + budget + d
         }
     }
 }
+
+TEST_CASE("tracking_allocator: large blocks are whole huge pages, zeroed, counted exactly", "[memory]")
+{
+    const std::size_t big = static_cast<std::size_t>(BIAFFINE_HUGE_PAGE_MIN_BYTES);
+    if (!detail::is_large_block(big)) {
+        WARN("SKIPPED: large blocks are off here (not Linux, or BIAFFINE_HUGE_PAGE_MIN_BYTES 0): operator new "
+             "serves every block");
+        return;
+    }
+    CHECK_FALSE(detail::is_large_block(big - 1));
+    tracker().reset_peak();
+    const memory_stats s0 = tracker().stats();
+    tracking_allocator<float> af;
+    // Just over the threshold and an odd count: the mapping spans whole huge pages.
+    const std::size_t n = big / sizeof(float) + 12345;
+    float* p = af.allocate(n);
+    const memory_stats s1 = tracker().stats();
+    CHECK(s1.current_bytes - s0.current_bytes == n * sizeof(float));  // the request, not the mapping
+    CHECK(s1.allocations - s0.allocations == 1);
+    CHECK(reinterpret_cast<std::uintptr_t>(p) % (std::uintptr_t(2) << 20) == 0);
+    // A fresh mapping reads as zero (with_splits relies on it for dX) and
+    // every element, the last one included, is writable.
+    std::size_t nonzero = 0;
+    for (std::size_t i = 0; i < n; i += 1021) nonzero += p[i] != 0.0f;
+    CHECK(nonzero == 0);
+    CHECK(p[n - 1] == 0.0f);
+    p[0] = 1.0f;
+    p[n - 1] = 2.0f;
+    CHECK(p[0] + p[n - 1] == 3.0f);
+    // A small block beside it still comes from operator new.
+    double* q = tracking_allocator<double>().allocate(3);
+    CHECK(reinterpret_cast<std::uintptr_t>(q) % tracking_allocator<double>::alignment == 0);
+    tracking_allocator<double>().deallocate(q, 3);
+    af.deallocate(p, n);
+    const memory_stats s2 = tracker().stats();
+    CHECK(s2.current_bytes == s0.current_bytes);
+    CHECK(s2.frees - s0.frees == 2);
+    // A second block of the same size after the first was unmapped: zero again.
+    float* r = af.allocate(n);
+    CHECK(r[0] == 0.0f);
+    CHECK(r[n - 1] == 0.0f);
+    af.deallocate(r, n);
+}

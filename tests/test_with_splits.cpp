@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <iostream>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "biaffine/detail/eigen.hpp"  // Eigen, without GCC 12's AVX-512 false positives
@@ -673,4 +674,96 @@ TEST_CASE("with_splits: bad input raises a specific exception naming where and w
         REQUIRE_THROWS_WITH(direct.predict(huge, l), Catch::Contains("overflows 64 bits"));
         REQUIRE(tracker().stats().current_bytes == before);  // nothing leaked
     }
+}
+
+namespace {
+
+/// A split-list mock whose backprop writes ones into dX of every other split
+/// it is handed and records where those slots start; scores are zeros.
+template <class T>
+class half_grad_layer : public th::split_mock<T> {
+public:
+    using typename th::split_mock<T>::backprop_type;
+    using th::split_mock<T>::split_mock;
+
+    template <class Items>
+    score_list<T> predict(const Items& X) const
+    {
+        score_list<T> Y;
+        for (std::size_t k = 0; k < X.size(); ++k) Y.push_back(xt::zeros<T>(this->score_shape(X[k].rows)));
+        return Y;
+    }
+
+    template <class Items, class Sink>
+    void predict_stream(const Items& X, Sink&& sink) const
+    {
+        score_list<T> Y = predict(X);
+        for (std::size_t k = 0; k < Y.size(); ++k) sink(k, as_score_view(Y[k]));
+    }
+
+    template <class Items>
+    std::pair<score_list<T>, backprop_type> forward(const Items& X, mode = mode::train)
+    {
+        std::vector<const T*>* out = &written;
+        backprop_type bp([out](span<const score_view<const T>>, span<const seq_view<T>> dX) {
+            for (std::size_t k = 0; k < dX.size(); k += 2) {
+                out->push_back(dX[k].data);
+                for (std::size_t r = 0; r < dX[k].rows; ++r)
+                    for (std::size_t c = 0; c < dX[k].cols; ++c) dX[k](r, c) = T(1);
+            }
+        });
+        return {predict(X), std::move(bp)};
+    }
+
+    std::vector<const T*> written;  // first element of every slot written
+};
+
+}  // namespace
+
+TEST_CASE("with_splits: rows of dX no split's gradient wrote are zero, large documents included", "[with_splits][mock]")
+{
+    // One document whose dX is a large block (a fresh mapping, not filled
+    // again) and one small one (filled with zeros), in 64-row splits.
+    const std::size_t n_in = 64, len = 64;
+    const std::size_t big_rows =
+        (static_cast<std::size_t>(BIAFFINE_HUGE_PAGE_MIN_BYTES) + n_in * sizeof(double) - 1) / (n_in * sizeof(double));
+    const std::size_t rows[2] = {(big_rows + len - 1) / len * len, 3 * len};
+    std::vector<xt::xtensor<double, 2>> docs;
+    std::vector<std::vector<int>> lengths;
+    for (std::size_t r : rows) {
+        docs.push_back(xt::xtensor<double, 2>::from_shape({r, n_in}));
+        std::fill(docs.back().begin(), docs.back().end(), 0.25);
+        lengths.emplace_back(r / len, static_cast<int>(len));
+    }
+    INFO("dX of the first document is a large block: " << detail::is_large_block(rows[0] * n_in * sizeof(double)));
+    half_grad_layer<double> inner(n_in, 1);
+    auto pipe = with_splits(with_minibatch_by_padded_size(inner, budget::items(4096)));
+    auto fw = pipe.forward(docs, lengths, mode::train);
+    const auto views = decltype(pipe)::grad_views(fw.first);
+    {
+        // Freed garbage of the small dX's size just before backprop, which
+        // the heap is likely to hand out again for it.
+        tracking_allocator<double> a;
+        const std::size_t n = rows[1] * n_in;
+        double* junk = a.allocate(n);
+        std::fill_n(junk, n, 7.0);
+        a.deallocate(junk, n);
+    }
+    const auto dX = fw.second(span<const score_view<const double>>(views.data(), views.size()));
+    REQUIRE(dX.size() == 2);
+    const std::set<const double*> written(inner.written.begin(), inner.written.end());
+    REQUIRE(written.size() == inner.written.size());
+    std::size_t ones = 0, zeros = 0, wrong = 0;
+    for (std::size_t d = 0; d < 2; ++d) {
+        REQUIRE(dX[d].shape()[0] == rows[d]);
+        for (std::size_t s = 0; s < rows[d] / len; ++s) {
+            const double* first = dX[d].data() + s * len * n_in;
+            const double want = written.count(first) != 0 ? 1.0 : 0.0;
+            (want == 1.0 ? ones : zeros) += 1;
+            wrong += static_cast<std::size_t>(std::count_if(first, first + len * n_in, [&](double x) { return x != want; }));
+        }
+    }
+    CHECK(wrong == 0);
+    CHECK(ones == written.size());
+    CHECK(zeros > 0);
 }

