@@ -76,6 +76,7 @@ inline void large_block_free(void* p, std::size_t bytes) noexcept
 #if BIAFFINE_DETAIL_LARGE_BLOCKS
     ::munmap(p, large_block_span(bytes));
 #else
+    (void)bytes;
     ::operator delete(p);
 #endif
 }
