@@ -28,7 +28,9 @@ namespace detail {
 
 constexpr std::size_t huge_page_bytes = std::size_t(2) << 20;
 
-/// True when a block of `bytes` goes through large_block_allocate.
+/// True when a block of `bytes` goes through large_block_allocate, and so
+/// reads as zero when allocated (a fresh mapping): callers that need zeros
+/// (with_splits' per-document dX) skip filling such a block.
 constexpr bool is_large_block(std::size_t bytes) noexcept
 {
 #if BIAFFINE_DETAIL_LARGE_BLOCKS
@@ -66,7 +68,7 @@ inline void* large_block_allocate(std::size_t bytes)
     ::madvise(reinterpret_cast<void*>(start), len, MADV_HUGEPAGE);
     return reinterpret_cast<void*>(start);
 #else
-    return ::operator new(bytes);  // unreachable: is_large_block is false
+    return ::operator new(bytes);  // never called: is_large_block is false here
 #endif
 }
 
