@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <new>
 #include <random>
 #include <sstream>
@@ -649,7 +650,7 @@ TEST_CASE("training with recompute_in_backward peaks within outputs + budget + d
     }
 }
 
-TEST_CASE("tracking_allocator: large blocks are whole huge pages, zeroed, counted exactly", "[memory]")
+TEST_CASE("tracking_allocator: large blocks are 2 MiB-aligned mappings, zeroed, counted exactly", "[memory]")
 {
     const std::size_t big = static_cast<std::size_t>(BIAFFINE_HUGE_PAGE_MIN_BYTES);
     if (!detail::is_large_block(big)) {
@@ -661,7 +662,7 @@ TEST_CASE("tracking_allocator: large blocks are whole huge pages, zeroed, counte
     tracker().reset_peak();
     const memory_stats s0 = tracker().stats();
     tracking_allocator<float> af;
-    // Just over the threshold and an odd count: the mapping spans whole huge pages.
+    // Just over the threshold and an odd count: the mapping ends on a small page.
     const std::size_t n = big / sizeof(float) + 12345;
     float* p = af.allocate(n);
     const memory_stats s1 = tracker().stats();
@@ -690,4 +691,67 @@ TEST_CASE("tracking_allocator: large blocks are whole huge pages, zeroed, counte
     CHECK(r[0] == 0.0f);
     CHECK(r[n - 1] == 0.0f);
     af.deallocate(r, n);
+}
+
+TEST_CASE("kept blocks: reused when freed, never more mapped than the most live at once, released on request",
+          "[memory]")
+{
+    const std::size_t min = static_cast<std::size_t>(BIAFFINE_KEPT_BLOCK_MIN_BYTES);
+    if (!detail::is_large_block(min, min)) {
+        WARN("SKIPPED: kept blocks come from operator new here (not Linux, or BIAFFINE_KEPT_BLOCK_MIN_BYTES 0)");
+        return;
+    }
+    const std::size_t page = detail::large_block_span(1);
+    const std::size_t A = min + 3 * page;  // one block's mapped length
+    detail::kept_block_cache cache;        // a cache of its own: its peak starts at zero
+    const auto bound = [&] { return cache.live_bytes + cache.cached_bytes <= cache.peak_bytes; };
+
+    void* a = cache.allocate(A);
+    void* b = cache.allocate(2 * A);
+    CHECK(reinterpret_cast<std::uintptr_t>(a) % detail::huge_page_bytes == 0);
+    std::memset(a, 1, A);
+    std::memset(b, 2, 2 * A);
+    CHECK(cache.peak_bytes == 3 * A);
+    cache.free(a);
+    CHECK(cache.cached_bytes == A);
+    // A request a little smaller takes the freed block (its memory as left).
+    void* a2 = cache.allocate(A - A / 10);
+    CHECK(a2 == a);
+    CHECK(static_cast<unsigned char*>(a2)[0] == 1);
+    CHECK(cache.cached_bytes == 0);
+    cache.free(a2);
+    cache.free(b);
+    CHECK(cache.cached_bytes == 3 * A);
+    CHECK(cache.live_bytes == 0);
+    // Fits neither (the larger is too small): both are unmapped to stay under the peak.
+    void* c = cache.allocate(3 * A);
+    CHECK(cache.cached_bytes == 0);
+    CHECK(bound());
+    void* d = cache.allocate(A);  // a new peak: 4A
+    CHECK(cache.peak_bytes == 4 * A);
+    cache.free(c);
+    cache.free(d);
+    // 1.2A fits A not at all and 3A only with more than a quarter to spare:
+    // a new block, and the largest cached one goes to keep live + cached <= 4A.
+    void* e = cache.allocate(A + A / 5 / page * page);
+    CHECK(cache.cached_bytes == A);
+    CHECK(bound());
+    cache.free(e);
+    CHECK(cache.release() == A + A + A / 5 / page * page);
+    CHECK(cache.cached_bytes == 0);
+
+    // Through the allocator: the process-wide cache, counted only while allocated.
+    release_cached_blocks();
+    tracking_allocator<float, kept_tag> ak;
+    const std::size_t n = min / sizeof(float) + 777;
+    const memory_stats s0 = tracker().stats();
+    float* p = ak.allocate(n);
+    CHECK(tracker().stats().current_bytes - s0.current_bytes == n * sizeof(float));
+    ak.deallocate(p, n);
+    CHECK(tracker().stats().current_bytes == s0.current_bytes);
+    float* q = ak.allocate(n);
+    CHECK(q == p);
+    ak.deallocate(q, n);
+    CHECK(release_cached_blocks() == detail::large_block_span(n * sizeof(float)));
+    CHECK(release_cached_blocks() == 0);
 }

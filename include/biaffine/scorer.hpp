@@ -425,10 +425,15 @@ private:
     struct saved_batch {
         tracked_vector<std::size_t> off;          // packed row offsets, count + 1
         tracked_vector<seq_view<const T>> views;  // the splits (not copied)
-        tensor<T, 2> u, v, t;                     // activations (empty when recomputing)
+        // U, V, T and the kept softmax outputs in one block (see
+        // activations), on huge pages when large; empty when recomputing.
+        xt::xtensor<T, 1, xt::layout_type::row_major, tracking_allocator<T, kept_tag>> block;
+        T* u = nullptr;
+        T* v = nullptr;
+        T* t = nullptr;
+        T* ys = nullptr;                          // softmax outputs (train, stored), else null
         tracked_vector<std::size_t> head_rows;    // labels at given heads: packed row of each head
         tracked_vector<std::size_t> y_off;        // softmax outputs by split (train, stored)
-        tensor<T, 1> ys;
         bool kept = true;  // false: recompute_in_backward
         bool train = false;
         bool softmax = false;  // train, returning probabilities
@@ -436,10 +441,13 @@ private:
         std::uint64_t seed = 0;
     };
 
-    // U, V, T of one call: the saved batch's tensors when kept (a forward,
-    // SB = saved_batch, allocates them there: they move into the callback),
-    // else scratch of this call (a backward, SB = const saved_batch, fills it
-    // with recompute(): recompute_in_backward).
+    // U, V, T of one call: the saved batch's block when kept (a forward,
+    // SB = saved_batch, allocates it there with room for `ys` softmax
+    // outputs after them: it moves into the callback), else scratch of this
+    // call (a backward, SB = const saved_batch, fills it with recompute():
+    // recompute_in_backward). Each part of the block starts on a scratch
+    // boundary, so the block is what cost() counts for U, V and T, plus the
+    // outputs.
     template <class SB>
     struct activations {
         using ptr = std::conditional_t<std::is_const<SB>::value, const T*, T*>;
@@ -447,7 +455,7 @@ private:
         ptr u = nullptr;
         ptr v = nullptr;
         ptr t = nullptr;
-        activations(const biaffine_scorer& s, SB& sb)
+        activations(const biaffine_scorer& s, SB& sb, std::size_t ys = 0)
             : u_tmp(sb.kept ? 0 : detail::packed_count<T>("packed U", sb.off.back(), s.hu())),
               v_tmp(sb.kept ? 0 : detail::packed_count<T>("packed V", sb.off.back(), s.hv())),
               t_tmp(sb.kept ? 0 : detail::packed_count<T>("packed T", sb.off.back(), s.cfg_.labels, s.hv()))
@@ -455,14 +463,26 @@ private:
             const std::size_t N = sb.off.back();
             if constexpr (!std::is_const<SB>::value) {
                 if (sb.kept) {
-                    sb.u = tensor<T, 2>::from_shape({N, s.hu()});
-                    sb.v = tensor<T, 2>::from_shape({N, s.hv()});
-                    sb.t = tensor<T, 2>::from_shape({N, s.cfg_.labels * s.hv()});
+                    const char* what = "kept activations";
+                    // Elements of each part, rounded up to the scratch alignment.
+                    const auto part = [&](std::size_t n) {
+                        return detail::to_index_size(detail::scratch_bytes<T>(n), what) / sizeof(T);
+                    };
+                    const std::size_t nu = part(detail::packed_count<T>("packed U", N, s.hu()));
+                    const std::size_t nv = part(detail::packed_count<T>("packed V", N, s.hv()));
+                    const std::size_t nt = part(detail::packed_count<T>("packed T", N, s.cfg_.labels, s.hv()));
+                    const std::uint64_t total = detail::checked_add(
+                        detail::checked_add(detail::checked_add(nu, nv, what), nt, what), ys, what);
+                    sb.block = decltype(sb.block)::from_shape({detail::packed_count<T>(what, total)});
+                    sb.u = sb.block.data();
+                    sb.v = sb.u + nu;
+                    sb.t = sb.v + nv;
+                    sb.ys = ys == 0 ? nullptr : sb.t + nt;
                 }
             }
-            u = sb.kept ? sb.u.data() : u_tmp.data();
-            v = sb.kept ? sb.v.data() : v_tmp.data();
-            t = sb.kept ? sb.t.data() : t_tmp.data();
+            u = sb.kept ? sb.u : u_tmp.data();
+            v = sb.kept ? sb.v : v_tmp.data();
+            t = sb.kept ? sb.t : t_tmp.data();
         }
         void recompute(const biaffine_scorer& s, const saved_batch& sb, T* packed)
         {

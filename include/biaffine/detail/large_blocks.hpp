@@ -6,8 +6,12 @@
 // fault per 4 KiB on every call: 25,000 faults for a 100k-token dX, 8% of a
 // training step on a Zen 4 EPYC (perf). Mapped 2 MiB-aligned with
 // MADV_HUGEPAGE (honoured when the system's THP mode is `always` or
-// `madvise`) the same block takes one fault per 2 MiB. Elsewhere than Linux,
-// or with the macro 0, blocks come from operator new as before.
+// `madvise`) the same block takes one fault per 2 MiB. The mapping ends at
+// the block's last small page, so no more than that is ever resident: the
+// whole 2 MiB pages in it are huge, the rest of it small. Elsewhere than
+// Linux, or with the macros 0, blocks come from operator new as before.
+// Which blocks: BIAFFINE_HUGE_PAGE_MIN_BYTES (any tracked block) and
+// BIAFFINE_KEPT_BLOCK_MIN_BYTES (a training forward's kept activations).
 #pragma once
 
 #include <cstddef>
@@ -16,8 +20,9 @@
 
 #include "biaffine/config.hpp"
 
-#if defined(__linux__) && BIAFFINE_HUGE_PAGE_MIN_BYTES > 0
+#if defined(__linux__) && (BIAFFINE_HUGE_PAGE_MIN_BYTES > 0 || BIAFFINE_KEPT_BLOCK_MIN_BYTES > 0)
 #include <sys/mman.h>
+#include <unistd.h>
 #define BIAFFINE_DETAIL_LARGE_BLOCKS 1
 #else
 #define BIAFFINE_DETAIL_LARGE_BLOCKS 0
@@ -28,26 +33,32 @@ namespace detail {
 
 constexpr std::size_t huge_page_bytes = std::size_t(2) << 20;
 
-/// True when a block of `bytes` goes through large_block_allocate, and so
-/// reads as zero when allocated (a fresh mapping): callers that need zeros
-/// (with_splits' per-document dX) skip filling such a block.
-constexpr bool is_large_block(std::size_t bytes) noexcept
+/// True when a block of `bytes` goes through large_block_allocate (with
+/// `min_bytes` the threshold of its kind, 0: never), and so reads as zero
+/// when allocated (a fresh mapping): callers that need zeros (with_splits'
+/// per-document dX) skip filling such a block.
+constexpr bool is_large_block(std::size_t bytes,
+                              std::size_t min_bytes = static_cast<std::size_t>(BIAFFINE_HUGE_PAGE_MIN_BYTES)) noexcept
 {
 #if BIAFFINE_DETAIL_LARGE_BLOCKS
-    return bytes >= static_cast<std::size_t>(BIAFFINE_HUGE_PAGE_MIN_BYTES);
+    return min_bytes > 0 && bytes >= min_bytes;
 #else
     (void)bytes;
+    (void)min_bytes;
     return false;
 #endif
 }
 
-#if BIAFFINE_DETAIL_LARGE_BLOCKS
-// Whole huge pages spanned by a block (the length mapped and unmapped).
+// The small pages spanned by a block (the length mapped and unmapped).
 inline std::size_t large_block_span(std::size_t bytes) noexcept
 {
-    return (bytes + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes;
-}
+#if BIAFFINE_DETAIL_LARGE_BLOCKS
+    static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    return (bytes + page - 1) / page * page;
+#else
+    return bytes;
 #endif
+}
 
 /// A 2 MiB-aligned block of `bytes` (is_large_block(bytes)); throws
 /// std::bad_alloc when the kernel refuses the mapping.
@@ -56,7 +67,8 @@ inline void* large_block_allocate(std::size_t bytes)
 #if BIAFFINE_DETAIL_LARGE_BLOCKS
     const std::size_t len = large_block_span(bytes);
     if (len < bytes || len + huge_page_bytes < len) throw std::bad_alloc();
-    // Over-map by one huge page, then cut the ends off to align the start.
+    // Over-map by one huge page, then cut the ends off to align the start
+    // (the tail cut ends on a small page: len is a multiple of one).
     void* raw = ::mmap(nullptr, len + huge_page_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) throw std::bad_alloc();
     const auto base = reinterpret_cast<std::uintptr_t>(raw);

@@ -262,12 +262,6 @@ typename biaffine_scorer<T>::backprop_type biaffine_scorer<T>::forward_into(cons
     begin_saved(X, m, sb);
     const std::size_t N = sb.off[count];
     const bool keep = sb.kept;
-    // Kept activations are tensors that move into the callback; recomputed
-    // ones are workspace scratch that dies with this call.
-    activations<saved_batch> act(*this, sb);
-    T *u = act.u, *v = act.v, *t = act.t;
-    scratch<T> packed(packed_elements(detail::max_split_rows(sb.off.data(), count)));
-    project_activations(X, sb.off.data(), N, sb.drop, sb.seed, u, v, packed.data());
     const bool keep_y = sb.softmax && keep;
     if (keep_y) {
         sb.y_off.resize(count + 1);
@@ -277,16 +271,21 @@ typename biaffine_scorer<T>::backprop_type biaffine_scorer<T>::forward_into(cons
             const std::size_t n = sb.off[k + 1] - sb.off[k];
             total = detail::checked_add(total, detail::checked_product("saved scores", n, n, o), "saved scores");
         }
-        sb.y_off[count] = static_cast<std::size_t>(total);
-        sb.ys = tensor<T, 1>::from_shape({detail::to_index_size(total, "saved scores")});
+        sb.y_off[count] = detail::packed_count<T>("saved scores", total);
     }
+    // Kept activations (and outputs) are one block that moves into the
+    // callback; recomputed ones are workspace scratch that dies with this call.
+    activations<saved_batch> act(*this, sb, keep_y ? sb.y_off[count] : 0);
+    T *u = act.u, *v = act.v, *t = act.t;
+    scratch<T> packed(packed_elements(detail::max_split_rows(sb.off.data(), count)));
+    project_activations(X, sb.off.data(), N, sb.drop, sb.seed, u, v, packed.data());
     // T for every row (backward reads it), written a group at a time.
     score_splits(u, sb.off.data(), count, t, true, packed.data(), [&](std::size_t k, const T* t_rows, T* rest) {
         const std::size_t n = sb.off[k + 1] - sb.off[k];
         score_view<T> s = dest(k, n);
         backend::split_scores(detail::const_row_block(v + sb.off[k] * hv(), n, hv()), t_rows, o, s, rest);
         if (sb.softmax) detail::softmax_last_axis(s);
-        if (keep_y) detail::row_block(sb.ys.data() + sb.y_off[k], n, n * o) = s.map();
+        if (keep_y) detail::row_block(sb.ys + sb.y_off[k], n, n * o) = s.map();
     });
     return backprop_type([this, sb = std::move(sb)](span<const score_view<const T>> dY,
                                                     span<const seq_view<T>> dX) { backward(sb, dY, dX); });
@@ -324,7 +323,7 @@ void biaffine_scorer<T>::backward(const saved_batch& sb, span<const score_view<c
         score_view<const T> g = dY[k];
         if (sb.softmax) {
             const auto dense = static_cast<std::ptrdiff_t>(n * o);
-            score_view<const T> y{sb.ys.data() + (keep ? sb.y_off[k] : 0), n, o, dense};
+            score_view<const T> y{keep ? sb.ys + sb.y_off[k] : nullptr, n, o, dense};
             if (!keep) {
                 score_view<T> yt{y_tmp.data(), n, o, dense};
                 backend::split_scores(va, t_rows, o, yt, packed.data());

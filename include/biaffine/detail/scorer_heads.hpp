@@ -298,14 +298,13 @@ typename biaffine_scorer<T>::heads_backprop_type biaffine_scorer<T>::forward_hea
     sb.head_rows.resize(N);
     fill_head_rows(X, H, sb.off.data(), sb.head_rows.data());
     const bool keep = sb.kept;
-    // Kept activations are tensors that move into the callback; recomputed
-    // ones are workspace scratch that dies with this call.
-    activations<saved_batch> act(*this, sb);
+    const bool keep_y = sb.softmax && keep;
+    // Kept activations (and outputs) are one block that moves into the
+    // callback; recomputed ones are workspace scratch that dies with this call.
+    activations<saved_batch> act(*this, sb, keep_y ? detail::packed_count<T>("saved labels", N, o) : 0);
     T *u = act.u, *v = act.v, *t = act.t;
     scratch<T> packed(packed_elements(0));
     forward_activations(X, sb.off.data(), N, sb.drop, sb.seed, u, v, t, packed.data());
-    const bool keep_y = sb.softmax && keep;
-    if (keep_y) sb.ys = tensor<T, 1>::from_shape({detail::packed_count<T>("saved labels", N, o)});
     for (std::size_t k = 0; k < count; ++k) {
         const std::size_t n = sb.off[k + 1] - sb.off[k];
         seq_view<T> y = dest(k, n);
@@ -313,7 +312,7 @@ typename biaffine_scorer<T>::heads_backprop_type biaffine_scorer<T>::forward_hea
         backend::head_scores(detail::const_row_block(v + sb.off[k] * hv(), n, hv()), t,
                              sb.head_rows.data() + sb.off[k], o, y);
         if (sb.softmax) detail::softmax_rows(y);
-        if (keep_y) detail::row_block(sb.ys.data() + sb.off[k] * o, n, o) = y.map();
+        if (keep_y) detail::row_block(sb.ys + sb.off[k] * o, n, o) = y.map();
     }
     return heads_backprop_type([this, sb = std::move(sb)](span<const seq_view<const T>> dY,
                                                           span<const seq_view<T>> dX) { backward_heads(sb, dY, dX); });
@@ -351,7 +350,7 @@ void biaffine_scorer<T>::backward_heads(const saved_batch& sb, span<const seq_vi
         const auto va = detail::const_row_block(v + off[k] * hv(), n, hv());
         seq_view<const T> g = dY[k];
         if (sb.softmax) {
-            seq_view<const T> y = detail::dense_rows<const T>(keep ? sb.ys.data() + off[k] * o : y_tmp.data(), n, o);
+            seq_view<const T> y = detail::dense_rows<const T>(keep ? sb.ys + off[k] * o : y_tmp.data(), n, o);
             if (!keep) {
                 const seq_view<T> yt = detail::dense_rows(y_tmp.data(), n, o);
                 backend::head_scores(va, t, rows + off[k], o, yt);
