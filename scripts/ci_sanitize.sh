@@ -5,7 +5,7 @@
 # With the AVX2 kernel off (BIAFFINE_NO_GEMM_KERNEL): the Release run tests
 # the kernel path, this one the float Eigen path, so CI runs both (the fuzz
 # targets run the kernel path under the sanitizers too). Large blocks come
-# from operator new here (BIAFFINE_HUGE_PAGE_MIN_BYTES=0, BIAFFINE_KEPT_BLOCK_MIN_BYTES=0), so ASan's redzones
+# from operator new here (BIAFFINE_HUGE_PAGE_MIN_BYTES=0, BIAFFINE_CACHED_BLOCK_MIN_BYTES=0), so ASan's redzones
 # guard them too; the Release run tests their mapped path.
 # The package-consumer tests (label "package") are left to the Release run:
 # they build other projects without sanitizers.
@@ -42,7 +42,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # sanitizers' stack traces, and the build (the bulk of this step) is much
 # faster than with full -g. The examples are left to the Release run.
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" \
-  "-DCMAKE_CXX_FLAGS=-Wno-maybe-uninitialized -DBIAFFINE_NO_GEMM_KERNEL -DBIAFFINE_HUGE_PAGE_MIN_BYTES=0 -DBIAFFINE_KEPT_BLOCK_MIN_BYTES=0" -DBIAFFINE_SANITIZE=address,undefined \
+  "-DCMAKE_CXX_FLAGS=-Wno-maybe-uninitialized -DBIAFFINE_NO_GEMM_KERNEL -DBIAFFINE_HUGE_PAGE_MIN_BYTES=0 -DBIAFFINE_CACHED_BLOCK_MIN_BYTES=0" -DBIAFFINE_SANITIZE=address,undefined \
   -DBIAFFINE_BUILD_TESTS=ON -DBIAFFINE_BUILD_EXAMPLES=OFF -DBIAFFINE_BUILD_BENCH=OFF -DBIAFFINE_WERROR=OFF -DBIAFFINE_BUILD_PYTHON=OFF -DBIAFFINE_CHECK_HEADERS=OFF >/dev/null
 cmake --build build-asan -j2
 ctest --test-dir build-asan --output-on-failure -j2 --timeout 1500 -LE package

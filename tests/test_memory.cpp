@@ -693,17 +693,17 @@ TEST_CASE("tracking_allocator: large blocks are 2 MiB-aligned mappings, zeroed, 
     af.deallocate(r, n);
 }
 
-TEST_CASE("kept blocks: reused when freed, never more mapped than the most live at once, released on request",
+TEST_CASE("cached blocks: reused when freed, never more mapped than the most live at once, released on request",
           "[memory]")
 {
-    const std::size_t min = static_cast<std::size_t>(BIAFFINE_KEPT_BLOCK_MIN_BYTES);
+    const std::size_t min = static_cast<std::size_t>(BIAFFINE_CACHED_BLOCK_MIN_BYTES);
     if (!detail::is_large_block(min, min)) {
-        WARN("SKIPPED: kept blocks come from operator new here (not Linux, or BIAFFINE_KEPT_BLOCK_MIN_BYTES 0)");
+        WARN("SKIPPED: cached blocks come from operator new here (not Linux, or BIAFFINE_CACHED_BLOCK_MIN_BYTES 0)");
         return;
     }
     const std::size_t page = detail::large_block_span(1);
     const std::size_t A = min + 3 * page;  // one block's mapped length
-    detail::kept_block_cache cache;        // a cache of its own: its peak starts at zero
+    detail::block_cache cache;        // a cache of its own: its peak starts at zero
     const auto bound = [&] { return cache.live_bytes + cache.cached_bytes <= cache.peak_bytes; };
 
     void* a = cache.allocate(A);
@@ -742,7 +742,7 @@ TEST_CASE("kept blocks: reused when freed, never more mapped than the most live 
 
     // Through the allocator: the process-wide cache, counted only while allocated.
     release_cached_blocks();
-    tracking_allocator<float, kept_tag> ak;
+    tracking_allocator<float, cached_tag> ak;
     const std::size_t n = min / sizeof(float) + 777;
     const memory_stats s0 = tracker().stats();
     float* p = ak.allocate(n);

@@ -54,17 +54,18 @@
 #define BIAFFINE_HUGE_PAGE_MIN_BYTES (32 << 20)
 #endif
 
-/// The block of activations a training forward keeps for its backward (U,
-/// V, T and the softmax outputs of one batch, kept_tag) is mapped on huge
-/// pages from this size on and, once the backward frees it, cached for the
-/// next forward (detail/kept_blocks.hpp; release_cached_blocks() gives the
-/// cache back). From the heap, glibc returned them to the system after each
-/// backward and every step faulted them in afresh: 100k tokens, o = 1,
-/// training (Zen 4 EPYC, AVX-512, batches of 3-6 MiB kept): 82.9% of the
-/// BLAS roofline (median of 8 alternated rounds) against 78.1% without. 0
-/// sends them through operator new.
-#ifndef BIAFFINE_KEPT_BLOCK_MIN_BYTES
-#define BIAFFINE_KEPT_BLOCK_MIN_BYTES (2 << 20)
+/// Blocks of this size or more that the library allocates again and again
+/// (cached_tag: the activations a training forward keeps for its backward,
+/// U, V, T and the softmax outputs of one batch) are mapped on huge pages
+/// and, once freed, cached for the next request (detail/block_cache.hpp;
+/// release_cached_blocks() gives the cache back).
+/// From the heap, glibc returned them to the system after each backward and
+/// every step faulted them in afresh: 100k tokens, o = 1, training (Zen 4
+/// EPYC, AVX-512): 82.9% of the BLAS roofline (median of 8 alternated
+/// rounds) against 78.1% with the kept activations on the heap. 0 sends
+/// them through operator new.
+#ifndef BIAFFINE_CACHED_BLOCK_MIN_BYTES
+#define BIAFFINE_CACHED_BLOCK_MIN_BYTES (2 << 20)
 #endif
 
 /// Define (and link a CBLAS: OpenBLAS or BLIS) to run the scorer's

@@ -15,7 +15,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "biaffine/detail/kept_blocks.hpp"
+#include "biaffine/detail/block_cache.hpp"
 #include "biaffine/detail/large_blocks.hpp"
 #include "biaffine/errors.hpp"
 
@@ -25,10 +25,12 @@ namespace biaffine {
 struct work_tag {};
 /// Category tag of tracking_allocator: buffers handed to the caller (scores).
 struct output_tag {};
-/// Category tag of tracking_allocator: what a training forward keeps for its
-/// backward. Counted as work; blocks of BIAFFINE_KEPT_BLOCK_MIN_BYTES or more
-/// are mapped on huge pages and cached when freed (detail/kept_blocks.hpp).
-struct kept_tag {};
+/// Category tag of tracking_allocator: blocks the library allocates again and
+/// again at similar sizes (what a training forward keeps for its backward).
+/// Counted as work; blocks of
+/// BIAFFINE_CACHED_BLOCK_MIN_BYTES or more are mapped on huge pages and, once
+/// freed, cached for reuse (detail/block_cache.hpp).
+struct cached_tag {};
 
 /// A snapshot of the tracker's counters.
 struct memory_stats {
@@ -177,10 +179,12 @@ private:
     std::pair<std::uint64_t, std::uint64_t> saved_;
 };
 
-/// Unmaps the kept-activation blocks cached for reuse (kept_tag, see
-/// detail/kept_blocks.hpp): a program done training gives their memory back.
-/// Returns the bytes unmapped. Safe at any time; blocks in use stay.
-inline std::size_t release_cached_blocks() noexcept { return detail::kept_block_cache::instance().release(); }
+/// Unmaps the freed blocks cached for reuse (cached_tag: kept activations,
+/// see detail/block_cache.hpp), e.g. once a program is done training. Returns the bytes unmapped. Safe at any time; blocks in use stay.
+inline std::size_t release_cached_blocks() noexcept
+{
+    return detail::block_cache::instance().release();
+}
 
 /// Standard allocator that reports to the tracker. 64-byte aligned so every
 /// buffer suits the widest SIMD loads (AVX-512) and Eigen's aligned paths.
@@ -212,7 +216,7 @@ public:
         tracker().on_allocate(bytes, is_output);
         try {
             if (detail::is_large_block(bytes, large_min)) {
-                return static_cast<T*>(kept ? detail::kept_block_cache::instance().allocate(bytes)
+                return static_cast<T*>(cached ? detail::block_cache::instance().allocate(bytes)
                                             : detail::large_block_allocate(bytes));
             }
             return static_cast<T*>(::operator new(bytes, std::align_val_t(alignment)));
@@ -228,8 +232,8 @@ public:
         const std::size_t bytes = n * sizeof(T);
         tracker().on_deallocate(bytes, is_output);
         if (detail::is_large_block(bytes, large_min)) {
-            if (kept) {
-                detail::kept_block_cache::instance().free(p);
+            if (cached) {
+                detail::block_cache::instance().free(p);
             } else {
                 detail::large_block_free(p, bytes);
             }
@@ -251,10 +255,10 @@ public:
 
 private:
     static constexpr bool is_output = std::is_same<Tag, output_tag>::value;
-    static constexpr bool kept = std::is_same<Tag, kept_tag>::value;
-    // Blocks from this size on bypass operator new (large_blocks.hpp, kept_blocks.hpp).
+    static constexpr bool cached = std::is_same<Tag, cached_tag>::value;
+    // Blocks from this size on bypass operator new (large_blocks.hpp, block_cache.hpp).
     static constexpr std::size_t large_min =
-        static_cast<std::size_t>(kept ? BIAFFINE_KEPT_BLOCK_MIN_BYTES : BIAFFINE_HUGE_PAGE_MIN_BYTES);
+        static_cast<std::size_t>(cached ? BIAFFINE_CACHED_BLOCK_MIN_BYTES : BIAFFINE_HUGE_PAGE_MIN_BYTES);
 };
 
 }  // namespace biaffine

@@ -427,7 +427,7 @@ private:
         tracked_vector<seq_view<const T>> views;  // the splits (not copied)
         // U, V, T and the kept softmax outputs in one block (see
         // activations), on huge pages when large; empty when recomputing.
-        xt::xtensor<T, 1, xt::layout_type::row_major, tracking_allocator<T, kept_tag>> block;
+        xt::xtensor<T, 1, xt::layout_type::row_major, tracking_allocator<T, cached_tag>> block;
         T* u = nullptr;
         T* v = nullptr;
         T* t = nullptr;

@@ -11,7 +11,7 @@
 // whole 2 MiB pages in it are huge, the rest of it small. Elsewhere than
 // Linux, or with the macros 0, blocks come from operator new as before.
 // Which blocks: BIAFFINE_HUGE_PAGE_MIN_BYTES (any tracked block) and
-// BIAFFINE_KEPT_BLOCK_MIN_BYTES (a training forward's kept activations).
+// BIAFFINE_CACHED_BLOCK_MIN_BYTES (blocks of block_cache.hpp).
 #pragma once
 
 #include <cstddef>
@@ -20,7 +20,7 @@
 
 #include "biaffine/config.hpp"
 
-#if defined(__linux__) && (BIAFFINE_HUGE_PAGE_MIN_BYTES > 0 || BIAFFINE_KEPT_BLOCK_MIN_BYTES > 0)
+#if defined(__linux__) && (BIAFFINE_HUGE_PAGE_MIN_BYTES > 0 || BIAFFINE_CACHED_BLOCK_MIN_BYTES > 0)
 #include <sys/mman.h>
 #include <unistd.h>
 #define BIAFFINE_DETAIL_LARGE_BLOCKS 1

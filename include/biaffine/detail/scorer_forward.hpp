@@ -62,6 +62,22 @@ void softmax_backward(score_view<const T> y, score_view<const T> dy, score_view<
     }
 }
 
+// Asks for `count` elements from `p` on to be brought into cache: the next
+// split's rows of V while this one is scored (the projections wrote them
+// long before). 1M tokens, o = 1, 2 threads: 1.008 / 1.045 / 1.000 s
+// against 1.038 / 1.044 / 1.032 (alternated, Zen 4 EPYC, AVX-512).
+template <class T>
+inline void prefetch_rows(const T* p, std::size_t count) noexcept
+{
+#if defined(__GNUC__) || defined(__clang__)
+    const char* b = reinterpret_cast<const char*>(p);
+    for (std::size_t i = 0; i < count * sizeof(T); i += 64) __builtin_prefetch(b + i, 0, 2);
+#else
+    (void)p;
+    (void)count;
+#endif
+}
+
 // A dense `[n, n, o]` view of one split's owned scores.
 template <class T, class S>
 score_view<T> dense_scores(S& s)
@@ -244,6 +260,7 @@ void biaffine_scorer<T>::predict_into(const Items& X, Dest&& dest, Done&& done) 
     score_splits(u.data(), off.data(), count, t.data(), false, packed.data(),
                  [&](std::size_t k, const T* t_rows, T* rest) {
                      const std::size_t n = off[k + 1] - off[k];
+                     if (k + 1 < count) detail::prefetch_rows(va + off[k + 1] * hv(), (off[k + 2] - off[k + 1]) * hv());
                      score_view<T> s = dest(k, n);
                      backend::split_scores(detail::const_row_block(va + off[k] * hv(), n, hv()), t_rows, o, s, rest);
                      done(k, s);
@@ -282,6 +299,7 @@ typename biaffine_scorer<T>::backprop_type biaffine_scorer<T>::forward_into(cons
     // T for every row (backward reads it), written a group at a time.
     score_splits(u, sb.off.data(), count, t, true, packed.data(), [&](std::size_t k, const T* t_rows, T* rest) {
         const std::size_t n = sb.off[k + 1] - sb.off[k];
+        if (k + 1 < count) detail::prefetch_rows(v + sb.off[k + 1] * hv(), (sb.off[k + 2] - sb.off[k + 1]) * hv());
         score_view<T> s = dest(k, n);
         backend::split_scores(detail::const_row_block(v + sb.off[k] * hv(), n, hv()), t_rows, o, s, rest);
         if (sb.softmax) detail::softmax_last_axis(s);

@@ -1,14 +1,17 @@
-// biaffine/detail/kept_blocks.hpp - the blocks a training forward keeps for
-// its backward (U, V, T and the softmax outputs of one batch), mapped on huge
-// pages and, once freed, cached for the next step's forward.
+// biaffine/detail/block_cache.hpp - blocks the library allocates again and
+// again at similar sizes (cached_tag), mapped on huge pages and, once freed,
+// cached for the next request: the activations a training forward keeps for
+// its backward (U, V, T and the softmax outputs of one batch). (The
+// per-thread workspace through it too measured no faster, Zen 4: its sizes
+// vary, and under the peak bound it pushed kept blocks out.)
 //
-// Dozens of them live from the forward to the backward of a long document.
-// From the heap, glibc returned them to the system after the backward, so
-// every step faulted them in and had the kernel zero them afresh: 4% of a
-// training step over 100k tokens, o = 1 (perf, Zen 4 EPYC, AVX-512). A
-// freed block is kept here instead and handed to the next request it fits
-// (at most a quarter larger than asked). The cache never lets mapped kept
-// memory (live + cached) exceed the most that was ever live at once: a
+// Dozens of kept blocks live from the forward to the backward of a long
+// document. From the heap, glibc returned them to the system after the
+// backward, so every step faulted them in and had the kernel zero them
+// afresh: 4% of a training step over 100k tokens, o = 1 (perf, Zen 4 EPYC,
+// AVX-512). A freed block is kept here instead and handed to the next
+// request it fits (at most a quarter larger than asked). The blocks it maps
+// (live + cached) never exceed the most that was ever live at once: a
 // request no cached block fits unmaps cached blocks until the new one fits
 // under that peak. release_cached_blocks() (memory.hpp) unmaps all of them.
 // The tracker counts a block while it is allocated, never while cached.
@@ -25,7 +28,7 @@
 namespace biaffine {
 namespace detail {
 
-struct kept_block_cache {
+struct block_cache {
     std::mutex mutex;
     std::vector<std::pair<void*, std::size_t>> cached;  // free blocks and their mapped lengths
     std::vector<std::pair<void*, std::size_t>> live;    // handed out
@@ -33,9 +36,9 @@ struct kept_block_cache {
     std::size_t live_bytes = 0;
     std::size_t peak_bytes = 0;  // most live at once, ever: bounds live + cached
 
-    static kept_block_cache& instance()
+    static block_cache& instance()
     {
-        static kept_block_cache cache;
+        static block_cache cache;
         return cache;
     }
 
