@@ -79,6 +79,11 @@ struct avx2_backend {
         "GEMM; per-split score backward: row_dots or Eigen GEMM";
     /// Rows of the weight-gradient products summed per kernel call.
     static constexpr std::size_t dw_chunk = BIAFFINE_AVX2_DW_CHUNK;
+    /// Row stride of a transposed chunk: 16 floats past dw_chunk, so that its
+    /// rows (a power of two apart at the default 256 floats) do not all fall
+    /// in the same few L1 sets, which made every 32-byte store of the
+    /// transpose miss L1.
+    static constexpr std::size_t dw_ld = dw_chunk + gemm_panel;
 
     /// The packed block of inference: Wh^T and Wd^T (and a row block of
     /// copied inputs); one label's block of W (bilinear_left); or, when there
@@ -99,8 +104,8 @@ struct avx2_backend {
     {
         const std::size_t h = d.hidden, panel = gemm_panel;
         return std::max({packed_elements(d, max_len), gemm_packed_size(d.hv(), d.hu()),
-                         d.hu() * dw_chunk + gemm_packed_size(dw_chunk, d.hv() % panel),
-                         h * dw_chunk + gemm_packed_size(dw_chunk, d.n_in % panel), 2 * gemm_packed_size(h, d.n_in)});
+                         d.hu() * dw_ld + gemm_packed_size(dw_chunk, d.hv() % panel),
+                         h * dw_ld + gemm_packed_size(dw_chunk, d.n_in % panel), 2 * gemm_packed_size(h, d.n_in)});
     }
 
     // Both weights packed at once, then U and V by row blocks of X, so each
@@ -340,12 +345,13 @@ struct avx2_backend {
             gemm_pack_b(w + k * hu * hv, 1, hv_s, hv, hu, packed);  // (j, i) = W_k[i, j]
             gemm_packed(dt + k * hv, ldt, N, hv, packed, hu, k == 0 ? gemm_epilogue{} : add, du, hu_s);
         }
-        T* tail = packed + hu * dw_chunk;
+        T* tail = packed + hu * dw_ld;
+        const auto ld = static_cast<std::ptrdiff_t>(dw_ld);
         for (std::size_t k0 = 0; k0 < N; k0 += dw_chunk) {
             const std::size_t kc = std::min(dw_chunk, N - k0);
-            transpose_block(u + k0 * hu, hu_s, kc, hu, packed, static_cast<std::ptrdiff_t>(kc));
+            transpose_block(u + k0 * hu, hu_s, kc, hu, packed, ld);
             for (std::size_t k = 0; k < o; ++k) {
-                gemm_rowmajor_b(packed, static_cast<std::ptrdiff_t>(kc), hu, kc, dt + k0 * o * hv + k * hv, ldt, hv,
+                gemm_rowmajor_b(packed, ld, hu, kc, dt + k0 * o * hv + k * hv, ldt, hv,
                                 tail, dw + k * hu * hv, hv_s, add);
             }
         }
@@ -400,13 +406,13 @@ struct avx2_backend {
         const side sides[2] = {{dzu, d.hu(), w.wh, g.wh}, {dzv, d.hv(), w.wd, g.wd}};
         gemm_epilogue add;
         add.accumulate = true;
-        T* tail = packed + h * dw_chunk;
+        T* tail = packed + h * dw_ld;
+        const auto ld = static_cast<std::ptrdiff_t>(dw_ld);
         for (std::size_t k0 = 0; k0 < N; k0 += dw_chunk) {  // both sides while X's chunk is in cache
             const std::size_t kc = std::min(dw_chunk, N - k0);
             for (const side& sd : sides) {
-                transpose_block(sd.dz + k0 * sd.width, static_cast<std::ptrdiff_t>(sd.width), kc, h, packed,
-                                static_cast<std::ptrdiff_t>(kc));
-                gemm_rowmajor_b(packed, static_cast<std::ptrdiff_t>(kc), h, kc, xp + k0 * n_in, n_in_s, n_in, tail,
+                transpose_block(sd.dz + k0 * sd.width, static_cast<std::ptrdiff_t>(sd.width), kc, h, packed, ld);
+                gemm_rowmajor_b(packed, ld, h, kc, xp + k0 * n_in, n_in_s, n_in, tail,
                                 sd.dw, n_in_s, add);
             }
         }
