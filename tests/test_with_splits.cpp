@@ -722,8 +722,8 @@ public:
 
 TEST_CASE("with_splits: rows of dX no split's gradient wrote are zero, large documents included", "[with_splits][mock]")
 {
-    // One document whose dX is a large block (a fresh mapping, not filled
-    // again) and one small one (filled with zeros), in 64-row splits.
+    // One document whose dX is a large block (from the block cache) and one
+    // small one (from the heap), in 64-row splits.
     const std::size_t n_in = 64, len = 64;
     const std::size_t big_rows =
         (static_cast<std::size_t>(BIAFFINE_HUGE_PAGE_MIN_BYTES) + n_in * sizeof(double) - 1) / (n_in * sizeof(double));
@@ -740,11 +740,11 @@ TEST_CASE("with_splits: rows of dX no split's gradient wrote are zero, large doc
     auto pipe = with_splits(with_minibatch_by_padded_size(inner, budget::items(4096)));
     auto fw = pipe.forward(docs, lengths, mode::train);
     const auto views = decltype(pipe)::grad_views(fw.first);
-    {
-        // Freed garbage of the small dX's size just before backprop, which
-        // the heap is likely to hand out again for it.
+    for (std::size_t d : {0, 1}) {
+        // Freed garbage of each dX's size just before backprop, which the
+        // block cache (large) or the heap (likely) hands out again for it.
         tracking_allocator<double> a;
-        const std::size_t n = rows[1] * n_in;
+        const std::size_t n = rows[d] * n_in;
         double* junk = a.allocate(n);
         std::fill_n(junk, n, 7.0);
         a.deallocate(junk, n);

@@ -216,8 +216,7 @@ public:
         tracker().on_allocate(bytes, is_output);
         try {
             if (detail::is_large_block(bytes, large_min)) {
-                return static_cast<T*>(cached ? detail::block_cache::instance().allocate(bytes)
-                                            : detail::large_block_allocate(bytes));
+                return static_cast<T*>(detail::block_cache::instance().allocate(bytes));
             }
             return static_cast<T*>(::operator new(bytes, std::align_val_t(alignment)));
         } catch (...) {
@@ -232,11 +231,7 @@ public:
         const std::size_t bytes = n * sizeof(T);
         tracker().on_deallocate(bytes, is_output);
         if (detail::is_large_block(bytes, large_min)) {
-            if (cached) {
-                detail::block_cache::instance().free(p);
-            } else {
-                detail::large_block_free(p, bytes);
-            }
+            detail::block_cache::instance().free(p);
         } else {
             ::operator delete(p, std::align_val_t(alignment));
         }
@@ -256,7 +251,8 @@ public:
 private:
     static constexpr bool is_output = std::is_same<Tag, output_tag>::value;
     static constexpr bool cached = std::is_same<Tag, cached_tag>::value;
-    // Blocks from this size on bypass operator new (large_blocks.hpp, block_cache.hpp).
+    // Blocks from this size on bypass operator new: mapped, and cached when
+    // freed (large_blocks.hpp, block_cache.hpp).
     static constexpr std::size_t large_min =
         static_cast<std::size_t>(cached ? BIAFFINE_CACHED_BLOCK_MIN_BYTES : BIAFFINE_HUGE_PAGE_MIN_BYTES);
 };

@@ -363,12 +363,10 @@ private:
         doc_grads dX;
         dX.reserve(n_docs);
         for (std::size_t d = 0; d < n_docs; ++d) {
-            const std::size_t bytes = detail::to_index_size(
-                detail::checked_product("document gradient", p.docs[d].rows, n_in, sizeof(T)), "document gradient");
+            detail::to_index_size(detail::checked_product("document gradient", p.docs[d].rows, n_in, sizeof(T)),
+                                  "document gradient");
             dX.push_back(tensor<T, 2>::from_shape({p.docs[d].rows, n_in}));
-            // A large block is a fresh mapping, zero already: filling it again
-            // was a second pass over a 100k-token document's 102 MB.
-            if (!detail::is_large_block(bytes)) std::fill_n(dX.back().data(), dX.back().size(), T(0));
+            std::fill_n(dX.back().data(), dX.back().size(), T(0));
         }
         tracked_vector<seq_view<T>> slots(n_splits);
         for (std::size_t d = 0, k = 0; d < n_docs; ++d) {

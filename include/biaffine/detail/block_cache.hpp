@@ -1,9 +1,11 @@
-// biaffine/detail/block_cache.hpp - blocks the library allocates again and
-// again at similar sizes (cached_tag), mapped on huge pages and, once freed,
-// cached for the next request: the activations a training forward keeps for
-// its backward (U, V, T and the softmax outputs of one batch). (The
-// per-thread workspace through it too measured no faster, Zen 4: its sizes
-// vary, and under the peak bound it pushed kept blocks out.)
+// biaffine/detail/block_cache.hpp - large blocks, mapped on huge pages and,
+// once freed, cached for the next request: blocks the library allocates
+// again and again at similar sizes (cached_tag: the activations a training
+// forward keeps for its backward, U, V, T and the softmax outputs of one
+// batch) and every tracked block of BIAFFINE_HUGE_PAGE_MIN_BYTES or more (a
+// long document's dX). (The per-thread workspace through it too measured no
+// faster, Zen 4: its sizes vary, and under the peak bound it pushed kept
+// blocks out.)
 //
 // Dozens of kept blocks live from the forward to the backward of a long
 // document. From the heap, glibc returned them to the system after the

@@ -8,10 +8,11 @@
 // MADV_HUGEPAGE (honoured when the system's THP mode is `always` or
 // `madvise`) the same block takes one fault per 2 MiB. The mapping ends at
 // the block's last small page, so no more than that is ever resident: the
-// whole 2 MiB pages in it are huge, the rest of it small. Elsewhere than
-// Linux, or with the macros 0, blocks come from operator new as before.
-// Which blocks: BIAFFINE_HUGE_PAGE_MIN_BYTES (any tracked block) and
-// BIAFFINE_CACHED_BLOCK_MIN_BYTES (blocks of block_cache.hpp).
+// whole 2 MiB pages in it are huge, the rest of it small. Freed, a block
+// goes to the cache of block_cache.hpp, which reuses it (no faults at all)
+// or unmaps it. Elsewhere than Linux, or with the macros 0, blocks come
+// from operator new as before. Which blocks: BIAFFINE_HUGE_PAGE_MIN_BYTES
+// (any tracked block) and BIAFFINE_CACHED_BLOCK_MIN_BYTES (cached_tag).
 #pragma once
 
 #include <cstddef>
@@ -33,10 +34,9 @@ namespace detail {
 
 constexpr std::size_t huge_page_bytes = std::size_t(2) << 20;
 
-/// True when a block of `bytes` goes through large_block_allocate (with
-/// `min_bytes` the threshold of its kind, 0: never), and so reads as zero
-/// when allocated (a fresh mapping): callers that need zeros (with_splits'
-/// per-document dX) skip filling such a block.
+/// True when a block of `bytes` is mapped by large_block_allocate (through
+/// the block cache of block_cache.hpp) rather than taken from operator new,
+/// with `min_bytes` the threshold of its kind (0: never).
 constexpr bool is_large_block(std::size_t bytes,
                               std::size_t min_bytes = static_cast<std::size_t>(BIAFFINE_HUGE_PAGE_MIN_BYTES)) noexcept
 {
