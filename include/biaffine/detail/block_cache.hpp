@@ -38,10 +38,12 @@ struct block_cache {
     std::size_t live_bytes = 0;
     std::size_t peak_bytes = 0;  // most live at once, ever: bounds live + cached
 
+    // Never destroyed: a tracked block freed during static destruction (a
+    // global tensor, say) still finds the cache.
     static block_cache& instance()
     {
-        static block_cache cache;
-        return cache;
+        static block_cache* cache = new block_cache;
+        return *cache;
     }
 
     // Unmaps cached blocks, largest first, until `cached_bytes <= keep`.
