@@ -93,7 +93,9 @@ TEST_CASE("gemm_bias_relu equals a double-precision loop", "[gemm_kernel]")
     std::mt19937 gen(11);
     for (std::size_t N : {1u, 2u, 5u, 6u, 7u, 11u, 12u, 13u, 19u, 97u, 200u}) {
         for (std::size_t K : {1u, 3u, 129u, 256u}) {
-            for (std::size_t M : {1u, 15u, 16u, 17u, 129u}) {
+            // 17, 31, 32, 33, 47: a second panel partly or wholly full
+            // (the 6 x 32 body pairs panels), then one panel left alone.
+            for (std::size_t M : {1u, 15u, 16u, 17u, 31u, 32u, 33u, 47u, 129u}) {
                 for (int variant = 0; variant < 4; ++variant) {
                     const bool relu = (variant & 1) != 0;
                     const bool with_bias = (variant & 2) != 0;

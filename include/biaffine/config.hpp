@@ -8,37 +8,32 @@
 
 // ---------------------------------------------------------------- switches
 
-/// Define to build the float path without the hand-written AVX2/FMA GEMM
-/// kernel: every product then goes through Eigen (as double always does).
-/// The kernel is otherwise used when the compiler targets AVX2 and FMA but
-/// not AVX-512, and on AVX-512 targets tuned for AMD Zen 3 / Zen 4 (see
+/// Define to build the float path without the hand-written GEMM kernel
+/// (avx2_kernel.hpp): every product then goes through Eigen (as double
+/// always does). The kernel is otherwise used whenever the compiler targets
+/// AVX2 and FMA, AVX-512 targets included (see
 /// BIAFFINE_AVX2_KERNEL_ON_AVX512).
 // #define BIAFFINE_NO_GEMM_KERNEL
 
-/// 1: float runs on the AVX2/FMA kernel also when the compiler targets
-/// AVX-512; 0: on AVX-512 targets float runs on Eigen's AVX-512 GEMM. Which
-/// wins depends on the CPU's 512-bit FMA width, which only the tuning target
-/// tells at compile time, so the default is 1 when the compiler tunes for
-/// AMD Zen 3 / Zen 4 (`__tune_znver3__`, `__tune_znver4__`; g++ 12 and
-/// clang 14 call Zen 4 "znver3" with AVX-512 added), 0 otherwise.
-/// - AVX-512 Xeon (2 cores, g++ 12.2, -O3 -march=native, Eigen 3.4.0): the
-///   pipeline at 110 GFLOP/s on Eigen vs 71 on the kernel (100k tokens,
-///   o = 1), 93 vs 54 (20k, o = 50), 93 vs 55 (training); the projection
-///   alone 105.7 vs 89.5. Eigen.
-/// - AMD EPYC Zen 4 (AVX-512 executed as two 256-bit halves; same build):
-///   the projection 60.7 on Eigen vs 88.7 on the kernel (bench_kernels
-///   BM_projection); the pipeline at 100k tokens, o = 1 0.32-0.38 s on Eigen
-///   vs 0.24-0.27 s on the kernel. The kernel.
+/// 1: float runs on the kernel also when the compiler targets AVX-512 (its
+/// 512-bit body, BIAFFINE_AVX2_KERNEL_ZMM); 0: on AVX-512 targets float runs
+/// on Eigen's AVX-512 GEMM. Measured (g++ 12.2, -O3 -march=native, Eigen
+/// 3.4.0, bench_vs_reference, medians of 5, share of the BLAS/Eigen GEMM
+/// roofline of the same run):
+/// - Intel Xeon, AVX-512 (family 6 model 207, two 512-bit FMA units), the
+///   6 x 32 body: 100k tokens, o = 1 79% on the kernel against 69% on Eigen;
+///   20k, o = 50 61% against 51%; training 61% against 55%; 1M tokens, 2
+///   threads 82% against 66%. The projection alone (bench_kernels
+///   BM_projection) 105-106 GFLOP/s against 97-110; with the 6 x 16 body
+///   it had been 63-74, slower than Eigen.
+/// - AMD EPYC Zen 4 (AVX-512 executed as two 256-bit halves), the 6 x 16
+///   body: the projection 88.7 on the kernel against 60.7 on Eigen; the
+///   pipeline at 100k tokens, o = 1 0.24-0.27 s against 0.32-0.38 s.
 /// - AVX2 without AVX-512 (AMD EPYC Zen 3): the kernel (projection 74 vs
 ///   49.9); this switch does not apply there.
-/// Other AVX-512 CPUs (Zen 5 among them) were not measured and get Eigen.
 #ifndef BIAFFINE_AVX2_KERNEL_ON_AVX512
 #define BIAFFINE_AVX2_KERNEL_ON_AVX512_DEFAULT 1  // for the tests: not overridden
-#if defined(__tune_znver3__) || defined(__tune_znver4__)
 #define BIAFFINE_AVX2_KERNEL_ON_AVX512 1
-#else
-#define BIAFFINE_AVX2_KERNEL_ON_AVX512 0
-#endif
 #endif
 
 /// Tracked blocks of at least this many bytes (per-document gradients, a
@@ -132,17 +127,25 @@
 #ifndef BIAFFINE_AVX2_ROW_BLOCK
 #define BIAFFINE_AVX2_ROW_BLOCK 96
 #endif
-/// 1: where the target has AVX-512, the kernel's inner loop keeps each row
-/// of its 6 x 16 block in one 512-bit register (one FMA per row and k, the
-/// row's element of A broadcast from memory inside the FMA) instead of two
-/// 256-bit ones; same panels, same epilogue. 0: the 256-bit loop. Measured
-/// on an AMD EPYC Zen 4 (AVX-512 as two 256-bit halves; g++ 12.2, -O3
-/// -march=native; bench_vs_reference --impls ours, medians of 5, six
-/// alternated rounds): 100k tokens, o = 1 0.187-0.209 s against 0.198-0.256
-/// s; 20k, o = 50 0.517-0.534 against 0.537-0.623; training 0.697-0.712
-/// against 0.731-0.765 (three rounds). Ignored without AVX-512.
+/// Where the target has AVX-512, the kernel's inner loop keeps each row of
+/// its block in 512-bit registers (the row's element of A broadcast from
+/// memory inside the FMA): 2 = a 6 x 32 block over two panels, two
+/// registers per row (12 independent FMA chains); 1 = a 6 x 16 block, one
+/// register per row (6 chains); 0 = the 256-bit loop (6 x 16, two registers
+/// per row). Same panels, same epilogue. Ignored without AVX-512.
+/// - Intel Xeon, AVX-512 (model 207, two 512-bit FMA units with a latency
+///   of 4: eight chains keep them busy): the projection (bench_kernels
+///   BM_projection) 105-106 GFLOP/s with 2 against 63-74 with 1; the
+///   pipeline, 100k tokens, o = 1 0.160 s on 2 against 0.205 s on Eigen
+///   (6 chains had been slower than Eigen there).
+/// - AMD EPYC Zen 4 (AVX-512 as two 256-bit halves; g++ 12.2, -O3
+///   -march=native; bench_vs_reference --impls ours, medians of 5, six
+///   alternated rounds), 1 against 0: 100k tokens, o = 1 0.187-0.209 s
+///   against 0.198-0.256 s; 20k, o = 50 0.517-0.534 against 0.537-0.623;
+///   training 0.697-0.712 against 0.731-0.765 (three rounds). 2 was not
+///   measured there: it loads each panel row once for twice the FMAs.
 #ifndef BIAFFINE_AVX2_KERNEL_ZMM
-#define BIAFFINE_AVX2_KERNEL_ZMM 1
+#define BIAFFINE_AVX2_KERNEL_ZMM 2
 #endif
 /// Rows of X^T dZ (and Ua^T dT) summed per kernel call in the weight
 /// gradients: keeps a [96, chunk] block of X^T in L2 and the dZ panel in L1

@@ -7,7 +7,9 @@
 // call and runs the bias and relu as separate passes over the output. This
 // kernel reads X rows in place, packs only the small right side, and adds
 // the bias and clamps in registers before the one store. With AVX2 + FMA it
-// runs a 6 x 16 register block (12 accumulators). Declared only where the
+// runs a 6 x 16 register block (12 accumulators), on AVX-512 targets a 6 x
+// 32 block of 512-bit registers (12 accumulators, BIAFFINE_AVX2_KERNEL_ZMM).
+// Declared only where the
 // compiler targets AVX2 and FMA; whether the scorer uses it is decided in
 // backend.hpp.
 #pragma once
@@ -181,112 +183,158 @@ inline void gemm_store_block(int R, const __m256 (&acc)[6][2], const gemm_epilog
     }
 }
 
-// C[0..R, 0..cols) = epilogue(A[0..R, :] . P) for one panel P [K, 16] (rows
-// ldp apart), row r of A at a[r] (strided or anywhere). R is a template
-// argument so that a block of fewer than six rows (the last of a product)
-// runs only its own FMAs: with groups of about 18 rows in U W' (50 labels)
-// a block of six computed for one or two rows was a tenth of the work.
-// Named accumulators, so the compiler keeps them in registers; not inlined,
-// because inlined into the loops around it they spilled to the stack (twice
-// the time, AVX2 EPYC, g++ 12).
 // Two bodies: on AVX-512 targets (BIAFFINE_AVX2_KERNEL_ZMM) a row of the
-// block is one 512-bit register, else two 256-bit ones.
-#if BIAFFINE_AVX2_KERNEL_ZMM && defined(__AVX512F__)
+// block is one 512-bit register, else two 256-bit ones. With
+// BIAFFINE_AVX2_KERNEL_ZMM = 2 gemm_loops runs pairs of panels through
+// gemm_block_rows2 and this body only where a panel has no partner.
+#if BIAFFINE_AVX2_KERNEL_ZMM >= 2 && defined(__AVX512F__)
 #define BIAFFINE_DETAIL_GEMM_KERNEL_ZMM 1
+#define BIAFFINE_DETAIL_GEMM_KERNEL_PAIR 1
+#define BIAFFINE_DETAIL_GEMM_KERNEL_NAME "6x32 FMA kernel (AVX-512 registers: two per row)"
+#elif BIAFFINE_AVX2_KERNEL_ZMM && defined(__AVX512F__)
+#define BIAFFINE_DETAIL_GEMM_KERNEL_ZMM 1
+#define BIAFFINE_DETAIL_GEMM_KERNEL_PAIR 0
 #define BIAFFINE_DETAIL_GEMM_KERNEL_NAME "6x16 FMA kernel (AVX-512 registers: one per row)"
 #else
+#define BIAFFINE_DETAIL_GEMM_KERNEL_PAIR 0
 #define BIAFFINE_DETAIL_GEMM_KERNEL_ZMM 0
 #define BIAFFINE_DETAIL_GEMM_KERNEL_NAME "AVX2/FMA 6x16 kernel"
 #endif
-template <int R>
-[[gnu::noinline]] void gemm_block_rows(const float* const* a, const float* p, std::ptrdiff_t ldp, std::size_t K,
-                     const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc, std::size_t cols)
+#if BIAFFINE_DETAIL_GEMM_KERNEL_ZMM
+// gemm_store_block for rows of one 512-bit register each. The halves go
+// through memory: g++ 12's 256-bit extract intrinsics trip its bug 105593
+// (an undefined merge operand) under -Werror.
+inline void store_zmm_rows(int R, const __m512 (&rows)[6], const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc,
+                           std::size_t cols)
+{
+    alignas(64) float t[6][gemm_panel];
+    for (int r = 0; r < R; ++r) _mm512_store_ps(t[r], rows[r]);
+    __m256 acc[6][2];
+    for (int r = 0; r < R; ++r) acc[r][0] = _mm256_load_ps(t[r]), acc[r][1] = _mm256_load_ps(t[r] + 8);
+    gemm_store_block(R, acc, ep, c, ldc, cols);
+}
+#endif
+
+// The FMA loop of a block of R rows with H (1 or 2) registers per row:
+// acc[r][0] += a[r][k] * p0[k] and, with H = 2, acc[r][1] += a[r][k] *
+// p1[k], over k < K (panel rows ldp apart). Ops gives the register type and
+// its load, broadcast and FMA: the 256-bit body (p1 = p0 + 8, one panel),
+// the 512-bit one (H = 1) and the 512-bit pair (two panels) share it. Named
+// accumulators, so the compiler keeps them in registers.
+struct ymm_ops {
+    using vec = __m256;
+    static vec zero() { return _mm256_setzero_ps(); }
+    static vec load(const float* p) { return _mm256_loadu_ps(p); }
+    static vec broadcast(const float* x) { return _mm256_broadcast_ss(x); }
+    static vec fma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
+};
+#if BIAFFINE_DETAIL_GEMM_KERNEL_ZMM
+struct zmm_ops {
+    using vec = __m512;
+    static vec zero() { return _mm512_setzero_ps(); }
+    static vec load(const float* p) { return _mm512_loadu_ps(p); }
+    static vec broadcast(const float* x) { return _mm512_set1_ps(*x); }
+    static vec fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+};
+#endif
+template <int R, class Ops, int H = 2>
+[[gnu::always_inline]] inline void fma_rows(const float* const* a, const float* p0, const float* p1,
+                                            std::ptrdiff_t ldp, std::size_t K, typename Ops::vec (&acc)[6][2])
 {
     static_assert(R >= 1 && R <= 6, "one to six rows");
+    static_assert(H == 1 || H == 2, "one or two registers per row");
+    using V = typename Ops::vec;
     const float* a0 = a[0];
     const float* a1 = a[R > 1 ? 1 : 0];
     const float* a2 = a[R > 2 ? 2 : 0];
     const float* a3 = a[R > 3 ? 3 : 0];
     const float* a4 = a[R > 4 ? 4 : 0];
     const float* a5 = a[R > 5 ? 5 : 0];
-#if BIAFFINE_DETAIL_GEMM_KERNEL_ZMM
-    __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps(), c2 = _mm512_setzero_ps();
-    __m512 c3 = _mm512_setzero_ps(), c4 = _mm512_setzero_ps(), c5 = _mm512_setzero_ps();
+    V c00 = Ops::zero(), c01 = Ops::zero(), c10 = Ops::zero(), c11 = Ops::zero();
+    V c20 = Ops::zero(), c21 = Ops::zero(), c30 = Ops::zero(), c31 = Ops::zero();
+    V c40 = Ops::zero(), c41 = Ops::zero(), c50 = Ops::zero(), c51 = Ops::zero();
 #pragma GCC unroll 4
     for (std::size_t k = 0; k < K; ++k) {
-        const __m512 b = _mm512_loadu_ps(p);
-        p += ldp;
-        c0 = _mm512_fmadd_ps(_mm512_set1_ps(a0[k]), b, c0);
-        if constexpr (R > 1) c1 = _mm512_fmadd_ps(_mm512_set1_ps(a1[k]), b, c1);
-        if constexpr (R > 2) c2 = _mm512_fmadd_ps(_mm512_set1_ps(a2[k]), b, c2);
-        if constexpr (R > 3) c3 = _mm512_fmadd_ps(_mm512_set1_ps(a3[k]), b, c3);
-        if constexpr (R > 4) c4 = _mm512_fmadd_ps(_mm512_set1_ps(a4[k]), b, c4);
-        if constexpr (R > 5) c5 = _mm512_fmadd_ps(_mm512_set1_ps(a5[k]), b, c5);
+        const V b0 = Ops::load(p0);
+        const V b1 = H == 2 ? Ops::load(p1) : b0;
+        p0 += ldp;
+        p1 += ldp;
+        // Row r: its element of A broadcast, times each register of P's row.
+        const auto row = [&](const float* ar, V& lo, V& hi) {
+            const V x = Ops::broadcast(ar + k);
+            lo = Ops::fma(x, b0, lo);
+            if constexpr (H == 2) hi = Ops::fma(x, b1, hi);
+        };
+        row(a0, c00, c01);
+        if constexpr (R > 1) row(a1, c10, c11);
+        if constexpr (R > 2) row(a2, c20, c21);
+        if constexpr (R > 3) row(a3, c30, c31);
+        if constexpr (R > 4) row(a4, c40, c41);
+        if constexpr (R > 5) row(a5, c50, c51);
     }
-    // Halves through memory: g++ 12's 256-bit extract intrinsics trip its
-    // bug 105593 (an undefined merge operand) under -Werror.
-    alignas(64) float t[6][gemm_panel];
-    const __m512 cs[6] = {c0, c1, c2, c3, c4, c5};
-    for (int r = 0; r < R; ++r) _mm512_store_ps(t[r], cs[r]);
-    __m256 acc[6][2];
-    for (int r = 0; r < R; ++r) acc[r][0] = _mm256_load_ps(t[r]), acc[r][1] = _mm256_load_ps(t[r] + 8);
-#else
-    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
-    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
-    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
-    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
-    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
-    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
-#pragma GCC unroll 4
-    for (std::size_t k = 0; k < K; ++k) {
-        const __m256 b0 = _mm256_loadu_ps(p);
-        const __m256 b1 = _mm256_loadu_ps(p + 8);
-        p += ldp;
-        __m256 x = _mm256_broadcast_ss(a0 + k);
-        c00 = _mm256_fmadd_ps(x, b0, c00);
-        c01 = _mm256_fmadd_ps(x, b1, c01);
-        if constexpr (R > 1) {
-            x = _mm256_broadcast_ss(a1 + k);
-            c10 = _mm256_fmadd_ps(x, b0, c10);
-            c11 = _mm256_fmadd_ps(x, b1, c11);
-        }
-        if constexpr (R > 2) {
-            x = _mm256_broadcast_ss(a2 + k);
-            c20 = _mm256_fmadd_ps(x, b0, c20);
-            c21 = _mm256_fmadd_ps(x, b1, c21);
-        }
-        if constexpr (R > 3) {
-            x = _mm256_broadcast_ss(a3 + k);
-            c30 = _mm256_fmadd_ps(x, b0, c30);
-            c31 = _mm256_fmadd_ps(x, b1, c31);
-        }
-        if constexpr (R > 4) {
-            x = _mm256_broadcast_ss(a4 + k);
-            c40 = _mm256_fmadd_ps(x, b0, c40);
-            c41 = _mm256_fmadd_ps(x, b1, c41);
-        }
-        if constexpr (R > 5) {
-            x = _mm256_broadcast_ss(a5 + k);
-            c50 = _mm256_fmadd_ps(x, b0, c50);
-            c51 = _mm256_fmadd_ps(x, b1, c51);
-        }
-    }
-    const __m256 acc[6][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
-#endif
-    gemm_store_block(R, acc, ep, c, ldc, cols);
+    acc[0][0] = c00, acc[0][1] = c01, acc[1][0] = c10, acc[1][1] = c11, acc[2][0] = c20, acc[2][1] = c21;
+    acc[3][0] = c30, acc[3][1] = c31, acc[4][0] = c40, acc[4][1] = c41, acc[5][0] = c50, acc[5][1] = c51;
 }
 
-// gemm_block_rows for R = 1..6 rows, chosen at run time.
-inline void gemm_block(int R, const float* const* a, const float* p, std::ptrdiff_t ldp, std::size_t K,
-                       const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc, std::size_t cols)
+// C[0..R, 0..cols) = epilogue(A[0..R, :] . P) for one panel P [K, 16] (rows
+// ldp apart), row r of A at a[r] (strided or anywhere). R is a template
+// argument so that a block of fewer than six rows (the last of a product)
+// runs only its own FMAs: with groups of about 18 rows in U W' (50 labels)
+// a block of six computed for one or two rows was a tenth of the work.
+// Not inlined, because inlined into the loops around it the accumulators
+// spilled to the stack (twice the time, AVX2 EPYC, g++ 12).
+template <int R>
+[[gnu::noinline]] void gemm_block_rows(const float* const* a, const float* p, std::ptrdiff_t ldp, std::size_t K,
+                                       const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc, std::size_t cols)
 {
-    switch (R) {
-    case 6: gemm_block_rows<6>(a, p, ldp, K, ep, c, ldc, cols); break;
-    case 5: gemm_block_rows<5>(a, p, ldp, K, ep, c, ldc, cols); break;
-    case 4: gemm_block_rows<4>(a, p, ldp, K, ep, c, ldc, cols); break;
-    case 3: gemm_block_rows<3>(a, p, ldp, K, ep, c, ldc, cols); break;
-    case 2: gemm_block_rows<2>(a, p, ldp, K, ep, c, ldc, cols); break;
-    default: gemm_block_rows<1>(a, p, ldp, K, ep, c, ldc, cols); break;
+#if BIAFFINE_DETAIL_GEMM_KERNEL_ZMM
+    __m512 acc[6][2];
+    fma_rows<R, zmm_ops, 1>(a, p, p, ldp, K, acc);
+    const __m512 rows[6] = {acc[0][0], acc[1][0], acc[2][0], acc[3][0], acc[4][0], acc[5][0]};
+    store_zmm_rows(R, rows, ep, c, ldc, cols);
+#else
+    __m256 acc[6][2];
+    fma_rows<R, ymm_ops>(a, p, p + 8, ldp, K, acc);
+    gemm_store_block(R, acc, ep, c, ldc, cols);
+#endif
+}
+
+#if BIAFFINE_DETAIL_GEMM_KERNEL_PAIR
+// gemm_block_rows over two panels at once (p0, p1, both rows ldp apart):
+// a 6 x 32 block, two 512-bit accumulators per row. One panel gives six
+// independent FMA chains, fewer than a CPU with two 512-bit FMA units and
+// a latency of four needs in flight (eight): on an AVX-512 Xeon the 6 x 16
+// block ran the projection at 63-74 GFLOP/s against Eigen's 97-110, this
+// one at 105-106. cols in (16, 32].
+template <int R>
+[[gnu::noinline]] void gemm_block_rows2(const float* const* a, const float* p0, const float* p1, std::ptrdiff_t ldp,
+                                        std::size_t K, const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc,
+                                        std::size_t cols)
+{
+    __m512 acc[6][2];
+    fma_rows<R, zmm_ops>(a, p0, p1, ldp, K, acc);
+    const __m512 first[6] = {acc[0][0], acc[1][0], acc[2][0], acc[3][0], acc[4][0], acc[5][0]};
+    const __m512 second[6] = {acc[0][1], acc[1][1], acc[2][1], acc[3][1], acc[4][1], acc[5][1]};
+    store_zmm_rows(R, first, ep, c, ldc, gemm_panel);
+    gemm_epilogue e = ep;
+    if (e.bias != nullptr) e.bias += gemm_panel;
+    const std::ptrdiff_t col_step = ep.trans ? ldc : ep.col_stride != 0 ? ep.col_stride : 1;
+    store_zmm_rows(R, second, e, c + static_cast<std::ptrdiff_t>(gemm_panel) * col_step, ldc, cols - gemm_panel);
+}
+#endif
+
+// f(std::integral_constant<int, R>) for R = rows (1..6): the block kernels
+// take their height as a template argument.
+template <class F>
+void with_block_rows(int rows, F&& f)
+{
+    switch (rows) {
+    case 6: f(std::integral_constant<int, 6>()); break;
+    case 5: f(std::integral_constant<int, 5>()); break;
+    case 4: f(std::integral_constant<int, 4>()); break;
+    case 3: f(std::integral_constant<int, 3>()); break;
+    case 2: f(std::integral_constant<int, 2>()); break;
+    default: f(std::integral_constant<int, 1>()); break;
     }
 }
 
@@ -302,10 +350,14 @@ void gemm_loops(Row&& arow, std::size_t N, std::size_t K, std::size_t M, Panel&&
     constexpr std::size_t row_block = BIAFFINE_AVX2_ROW_BLOCK;
     for (std::size_t r0 = 0; r0 < N; r0 += row_block) {
         const std::size_t rn = std::min(row_block, N - r0);
-        for (std::size_t j0 = 0; j0 < M; j0 += gemm_panel) {
-            const std::size_t cols = std::min(gemm_panel, M - j0);
+        for (std::size_t j0 = 0; j0 < M;) {
             const float* p = panel(j0);
             const std::ptrdiff_t ld = ldp(j0);
+            // With 512-bit rows two panels go together where a second one
+            // follows with the same row stride (gemm_block_rows2).
+            const bool pair = BIAFFINE_DETAIL_GEMM_KERNEL_PAIR && M - j0 > gemm_panel && ldp(j0 + gemm_panel) == ld;
+            const std::size_t cols = std::min(pair ? 2 * gemm_panel : gemm_panel, M - j0);
+            [[maybe_unused]] const float* p1 = pair ? panel(j0 + gemm_panel) : nullptr;
             ep.bias = bias != nullptr ? bias + j0 : nullptr;
             // Rows in as few blocks of at most six as will do, of even
             // heights (19 rows: 5, 5, 5, 4, not 6, 6, 6, 1): a block of R
@@ -327,9 +379,19 @@ void gemm_loops(Row&& arow, std::size_t N, std::size_t K, std::size_t M, Panel&&
                 const std::size_t last = static_cast<std::size_t>(R) - 1;
                 const float* rows[6];
                 for (std::size_t i = 0; i < 6; ++i) rows[i] = arow(r0 + r + std::min(i, last));
-                gemm_block(R, rows, p, ld, K, ep, cr, ldc, cols);
+                with_block_rows(R, [&](auto rows_c) {
+                    constexpr int Rc = decltype(rows_c)::value;
+#if BIAFFINE_DETAIL_GEMM_KERNEL_PAIR
+                    if (pair) {
+                        gemm_block_rows2<Rc>(rows, p, p1, ld, K, ep, cr, ldc, cols);
+                        return;
+                    }
+#endif
+                    gemm_block_rows<Rc>(rows, p, ld, K, ep, cr, ldc, cols);
+                });
                 r += static_cast<std::size_t>(R);
             }
+            j0 += cols;
         }
     }
 }

@@ -2,12 +2,12 @@
 // scorer's compute backend per scalar type.
 //
 // A backend is a type with the static operations listed on eigen_backend.
-// double always runs on Eigen. float runs on the AVX2/FMA kernel where the
-// compiler targets AVX2 and FMA but not AVX-512 (the CPUs it was measured to
-// win on), unless BIAFFINE_NO_GEMM_KERNEL; on AVX-512 targets on Eigen,
-// whose AVX-512 GEMM is faster on the Xeon measured, except when tuned for
-// AMD Zen 3 / 4, whose 256-bit FMA units run the kernel faster (config.hpp
-// has the figures; BIAFFINE_AVX2_KERNEL_ON_AVX512 overrides). With
+// double always runs on Eigen. float runs on the GEMM kernel of
+// avx2_kernel.hpp wherever the compiler targets AVX2 and FMA (on AVX-512
+// targets with its 512-bit body), unless BIAFFINE_NO_GEMM_KERNEL; it was
+// measured faster than Eigen on an AVX2 EPYC, a Zen 4 EPYC and an AVX-512
+// Xeon (config.hpp has the figures; BIAFFINE_AVX2_KERNEL_ON_AVX512 = 0 puts
+// AVX-512 targets on Eigen). With
 // BIAFFINE_USE_BLAS both types run their batch-wide products on the linked
 // CBLAS. Adding a backend: one header beside this one, and its line here.
 #pragma once
