@@ -284,19 +284,23 @@ template <int R, class Ops, int H = 2>
 // Not inlined, because inlined into the loops around it the accumulators
 // spilled to the stack (twice the time, AVX2 EPYC, g++ 12).
 template <int R>
-[[gnu::noinline]] void gemm_block_rows(const float* const* a, const float* p, std::ptrdiff_t ldp, std::size_t K,
-                                       const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc, std::size_t cols)
+[[gnu::noinline]] void gemm_block_rows(const float* const* a, std::size_t blocks, const float* p, std::ptrdiff_t ldp,
+                                       std::size_t K, const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc,
+                                       std::size_t cols)
 {
+    const std::ptrdiff_t row_step = ep.trans ? 1 : ldc;
+    for (std::size_t b = 0; b < blocks; ++b, a += R, c += R * row_step) {
 #if BIAFFINE_DETAIL_GEMM_KERNEL_ZMM
-    __m512 acc[6][2];
-    fma_rows<R, zmm_ops, 1>(a, p, p, ldp, K, acc);
-    const __m512 rows[6] = {acc[0][0], acc[1][0], acc[2][0], acc[3][0], acc[4][0], acc[5][0]};
-    store_zmm_rows(R, rows, ep, c, ldc, cols);
+        __m512 acc[6][2];
+        fma_rows<R, zmm_ops, 1>(a, p, p, ldp, K, acc);
+        const __m512 rows[6] = {acc[0][0], acc[1][0], acc[2][0], acc[3][0], acc[4][0], acc[5][0]};
+        store_zmm_rows(R, rows, ep, c, ldc, cols);
 #else
-    __m256 acc[6][2];
-    fma_rows<R, ymm_ops>(a, p, p + 8, ldp, K, acc);
-    gemm_store_block(R, acc, ep, c, ldc, cols);
+        __m256 acc[6][2];
+        fma_rows<R, ymm_ops>(a, p, p + 8, ldp, K, acc);
+        gemm_store_block(R, acc, ep, c, ldc, cols);
 #endif
+    }
 }
 
 #if BIAFFINE_DETAIL_GEMM_KERNEL_PAIR
@@ -307,19 +311,22 @@ template <int R>
 // block ran the projection at 63-74 GFLOP/s against Eigen's 97-110, this
 // one at 105-106. cols in (16, 32].
 template <int R>
-[[gnu::noinline]] void gemm_block_rows2(const float* const* a, const float* p0, const float* p1, std::ptrdiff_t ldp,
-                                        std::size_t K, const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc,
-                                        std::size_t cols)
+[[gnu::noinline]] void gemm_block_rows2(const float* const* a, std::size_t blocks, const float* p0, const float* p1,
+                                        std::ptrdiff_t ldp, std::size_t K, const gemm_epilogue& ep, float* c,
+                                        std::ptrdiff_t ldc, std::size_t cols)
 {
-    __m512 acc[6][2];
-    fma_rows<R, zmm_ops>(a, p0, p1, ldp, K, acc);
-    const __m512 first[6] = {acc[0][0], acc[1][0], acc[2][0], acc[3][0], acc[4][0], acc[5][0]};
-    const __m512 second[6] = {acc[0][1], acc[1][1], acc[2][1], acc[3][1], acc[4][1], acc[5][1]};
-    store_zmm_rows(R, first, ep, c, ldc, gemm_panel);
     gemm_epilogue e = ep;
     if (e.bias != nullptr) e.bias += gemm_panel;
     const std::ptrdiff_t col_step = ep.trans ? ldc : ep.col_stride != 0 ? ep.col_stride : 1;
-    store_zmm_rows(R, second, e, c + static_cast<std::ptrdiff_t>(gemm_panel) * col_step, ldc, cols - gemm_panel);
+    const std::ptrdiff_t row_step = ep.trans ? 1 : ldc;
+    for (std::size_t b = 0; b < blocks; ++b, a += R, c += R * row_step) {
+        __m512 acc[6][2];
+        fma_rows<R, zmm_ops>(a, p0, p1, ldp, K, acc);
+        const __m512 first[6] = {acc[0][0], acc[1][0], acc[2][0], acc[3][0], acc[4][0], acc[5][0]};
+        const __m512 second[6] = {acc[0][1], acc[1][1], acc[2][1], acc[3][1], acc[4][1], acc[5][1]};
+        store_zmm_rows(R, first, ep, c, ldc, gemm_panel);
+        store_zmm_rows(R, second, e, c + static_cast<std::ptrdiff_t>(gemm_panel) * col_step, ldc, cols - gemm_panel);
+    }
 }
 #endif
 
@@ -350,6 +357,9 @@ void gemm_loops(Row&& arow, std::size_t N, std::size_t K, std::size_t M, Panel&&
     constexpr std::size_t row_block = BIAFFINE_AVX2_ROW_BLOCK;
     for (std::size_t r0 = 0; r0 < N; r0 += row_block) {
         const std::size_t rn = std::min(row_block, N - r0);
+        // The block's row pointers, once for all its panels.
+        const float* row_ptrs[row_block];
+        for (std::size_t q = 0; q < rn; ++q) row_ptrs[q] = arow(r0 + q);
         for (std::size_t j0 = 0; j0 < M;) {
             const float* p = panel(j0);
             const std::ptrdiff_t ld = ldp(j0);
@@ -365,31 +375,33 @@ void gemm_loops(Row&& arow, std::size_t N, std::size_t K, std::size_t M, Panel&&
             // latency) it runs at R / 4 of the FMA rate. U W' over groups
             // of about 19 rows at 50 labels: 20k tokens took 0.564 / 0.589 /
             // 0.553 s against 0.586 / 0.626 / 0.577 (Zen 4, AVX-512 rows).
+            // The blocks of one height go in one call, which loops over
+            // them: a call per block was 7-10% of the samples of 20k tokens
+            // at 50 labels (U W' calls it per 5 rows x 32 columns), and one
+            // call per height took that case from 56-63% to 58-66% of the
+            // roofline, 100k tokens at one label from 68-78% to 79-90% (six
+            // and three alternated rounds, AVX-512 Xeon).
             const std::size_t blocks = (rn + 5) / 6, low = rn / blocks, high_blocks = rn % blocks;
-            for (std::size_t b = 0, r = 0; b < blocks; ++b) {
-                const int R = static_cast<int>(low + (b < high_blocks ? 1 : 0));
+            const std::ptrdiff_t col = static_cast<std::ptrdiff_t>(j0);
+            const std::ptrdiff_t col_step = ep.col_stride != 0 ? ep.col_stride : 1;
+            for (std::size_t part = 0, r = 0; part < 2; ++part) {
+                const std::size_t count = part == 0 ? high_blocks : blocks - high_blocks;
+                if (count == 0) continue;
+                const int R = static_cast<int>(low + (part == 0 ? 1 : 0));
                 const std::ptrdiff_t row = static_cast<std::ptrdiff_t>(r0 + r);
-                const std::ptrdiff_t col = static_cast<std::ptrdiff_t>(j0);
-                const std::ptrdiff_t col_step = ep.col_stride != 0 ? ep.col_stride : 1;
                 float* cr = ep.trans ? c + col * ldc + row : c + row * ldc + col * col_step;
-                // Six entries always (the last row repeated past R): with R
-                // entries g++ copied them by `rep movs`, 2-3% of the time of
-                // 100k tokens, o = 1 (AVX2 EPYC). gemm_block_rows<R> reads
-                // only the first R.
-                const std::size_t last = static_cast<std::size_t>(R) - 1;
-                const float* rows[6];
-                for (std::size_t i = 0; i < 6; ++i) rows[i] = arow(r0 + r + std::min(i, last));
+                const float* const* rows = row_ptrs + r;
                 with_block_rows(R, [&](auto rows_c) {
                     constexpr int Rc = decltype(rows_c)::value;
 #if BIAFFINE_DETAIL_GEMM_KERNEL_PAIR
                     if (pair) {
-                        gemm_block_rows2<Rc>(rows, p, p1, ld, K, ep, cr, ldc, cols);
+                        gemm_block_rows2<Rc>(rows, count, p, p1, ld, K, ep, cr, ldc, cols);
                         return;
                     }
 #endif
-                    gemm_block_rows<Rc>(rows, p, ld, K, ep, cr, ldc, cols);
+                    gemm_block_rows<Rc>(rows, count, p, ld, K, ep, cr, ldc, cols);
                 });
-                r += static_cast<std::size_t>(R);
+                r += count * static_cast<std::size_t>(R);
             }
             j0 += cols;
         }
