@@ -300,10 +300,10 @@ void check_batch_products(const char* name)
 // loops. The T buffer is the size the scorer carves (t_group_rows unless
 // every row is kept) and `packed` packed_elements(max_len), each followed by
 // sentinels that must survive. Splits of 0-90 rows, with 50 labels longer
-// than the avx2 backend's group (77 rows at hv = 33), shorter ones that
-// share a group, and empty ones first, between and last.
+// than the avx2 backend's group (the caller picks the hidden size that makes
+// the group 41-89 rows), shorter ones that share a group, and empty ones first, between and last.
 template <class Backend, class T>
-void check_bilinear_scores(const char* name)
+void check_bilinear_scores(const char* name, std::size_t hidden = 32)
 {
     std::mt19937 gen(31);
     std::uniform_real_distribution<double> d(-1.0, 1.0);
@@ -316,7 +316,7 @@ void check_bilinear_scores(const char* name)
     for (std::size_t o : {std::size_t(1), std::size_t(20), std::size_t(50)}) {
         scorer_dims dims;
         dims.n_in = 1;
-        dims.hidden = 32;
+        dims.hidden = hidden;
         dims.labels = o;
         const std::size_t hu = dims.hu(), hv = dims.hv(), ldt = o * hv;
         std::vector<T> u(N * hu), v(N * hv), w(o * hu * hv);
@@ -389,15 +389,20 @@ TEST_CASE("every backend's bilinear_scores computes T by groups and scores each 
     check_bilinear_scores<biaffine::detail::eigen_backend<float>, float>("eigen float");
 #if defined(__AVX2__) && defined(__FMA__)
     using backend = biaffine::detail::avx2_backend;
-    scorer_dims dims;
-    dims.n_in = 1;
-    dims.hidden = 32;
-    dims.labels = 50;
     // The premise of the sizes above: with 50 labels the 90-row split is
-    // longer than a group and several short ones share one.
-    REQUIRE(backend::score_group_rows(dims) > 40);
-    REQUIRE(backend::score_group_rows(dims) < 90);
-    check_bilinear_scores<backend, float>("avx2");
+    // longer than a group and several short ones share one. The hidden size
+    // that gives such groups depends on BIAFFINE_AVX2_SCORE_GROUP_BYTES.
+    std::size_t hidden = 0;
+    for (std::size_t h : {16, 32, 64, 128}) {
+        scorer_dims dims;
+        dims.n_in = 1;
+        dims.hidden = h;
+        dims.labels = 50;
+        if (backend::score_group_rows(dims) > 40 && backend::score_group_rows(dims) < 90) hidden = h;
+    }
+    INFO("BIAFFINE_AVX2_SCORE_GROUP_BYTES = " << BIAFFINE_AVX2_SCORE_GROUP_BYTES);
+    REQUIRE(hidden != 0);
+    check_bilinear_scores<backend, float>("avx2", hidden);
 #endif
 #if defined(BIAFFINE_USE_BLAS)
     check_bilinear_scores<biaffine::detail::blas_backend<double>, double>("blas double");

@@ -202,6 +202,21 @@
 #ifndef BIAFFINE_AVX2_LAST_COLUMN_PANEL_LABELS
 #define BIAFFINE_AVX2_LAST_COLUMN_PANEL_LABELS 8
 #endif
+/// The default is 512 KiB (the L2 of a Zen 3 core) where the target lacks
+/// AVX-512 and 1 MiB where it has it: every AVX-512 CPU so far has at least
+/// 1 MiB of L2 per core, and each group reads all of W (3.3 MB at 50
+/// labels, h = 128) from L3, so twice the rows per group halve that
+/// traffic. On an AVX-512 Xeon (2 MiB of L2), 20k tokens with 50 labels
+/// reached 60-65% of the roofline (median 62.5) with 512 KiB, 65-70%
+/// (median 68) with 1 MiB and 62-77% (median 67.5) with 1.5 MiB; 100k
+/// tokens with one label 75-89 / 73-87 / 68-83% (medians 79 / 80 / 80;
+/// eight and six alternated rounds, `bench_vs_reference --impls
+/// ours,blas_gemm`). Groups of 9-80 rows at 50 labels were within the noise
+/// on the AVX2 EPYC (above).
 #ifndef BIAFFINE_AVX2_SCORE_GROUP_BYTES
+#if defined(__AVX512F__)
+#define BIAFFINE_AVX2_SCORE_GROUP_BYTES (1024 * 1024)
+#else
 #define BIAFFINE_AVX2_SCORE_GROUP_BYTES (512 * 1024)
+#endif
 #endif

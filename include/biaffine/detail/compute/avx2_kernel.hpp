@@ -131,6 +131,13 @@ struct gemm_epilogue {
     bool accumulate = false;
     bool trans = false;
     std::ptrdiff_t col_stride = 0;
+    /// How far apart elements j and j + 1 of a row of the result are stored
+    /// (ldc the destination's row stride), and rows r and r + 1.
+    std::ptrdiff_t col_step(std::ptrdiff_t ldc) const noexcept
+    {
+        return trans ? ldc : col_stride != 0 ? col_stride : 1;
+    }
+    std::ptrdiff_t row_step(std::ptrdiff_t ldc) const noexcept { return trans ? 1 : ldc; }
 };
 
 // C[0..R, 0..cols) = epilogue(acc) for the accumulators of one block.
@@ -148,9 +155,7 @@ inline void gemm_store_block(int R, const __m256 (&acc)[6][2], const gemm_epilog
     }
     const __m256 bias0 = bb != nullptr ? _mm256_loadu_ps(bb) : _mm256_setzero_ps();
     const __m256 bias1 = bb != nullptr ? _mm256_loadu_ps(bb + 8) : _mm256_setzero_ps();
-    // Element j of row r of the destination (a column of it with `trans`).
-    const std::ptrdiff_t col_step = ep.trans ? ldc : ep.col_stride != 0 ? ep.col_stride : 1;
-    const std::ptrdiff_t row_step = ep.trans ? 1 : ldc;
+    const std::ptrdiff_t col_step = ep.col_step(ldc), row_step = ep.row_step(ldc);
     const bool vector_store = col_step == 1 && cols == gemm_panel;
     for (int r = 0; r < R; ++r) {
         __m256 y0 = _mm256_add_ps(acc[r][0], bias0);
@@ -201,17 +206,40 @@ inline void gemm_store_block(int R, const __m256 (&acc)[6][2], const gemm_epilog
 #define BIAFFINE_DETAIL_GEMM_KERNEL_NAME "AVX2/FMA 6x16 kernel"
 #endif
 #if BIAFFINE_DETAIL_GEMM_KERNEL_ZMM
-// gemm_store_block for rows of one 512-bit register each. The halves go
-// through memory: g++ 12's 256-bit extract intrinsics trip its bug 105593
-// (an undefined merge operand) under -Werror.
+// gemm_store_block for rows of one 512-bit register each, in 512-bit
+// registers: a partial panel's bias, destination and store through a lane
+// mask. (Before, the rows went through a stack array into the 256-bit
+// epilogue: g++ 12's 256-bit extract intrinsics trip its bug 105593, an
+// undefined merge operand, under -Werror; so do _mm512_max_ps and the other
+// unmasked forms that pass one, hence the masked max below.)
 inline void store_zmm_rows(int R, const __m512 (&rows)[6], const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc,
                            std::size_t cols)
 {
-    alignas(64) float t[6][gemm_panel];
-    for (int r = 0; r < R; ++r) _mm512_store_ps(t[r], rows[r]);
-    __m256 acc[6][2];
-    for (int r = 0; r < R; ++r) acc[r][0] = _mm256_load_ps(t[r]), acc[r][1] = _mm256_load_ps(t[r] + 8);
-    gemm_store_block(R, acc, ep, c, ldc, cols);
+    const auto lanes = static_cast<__mmask16>(cols >= gemm_panel ? 0xffffu : (1u << cols) - 1u);
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512 bias = ep.bias != nullptr ? _mm512_maskz_loadu_ps(lanes, ep.bias) : zero;
+    const std::ptrdiff_t col_step = ep.col_step(ldc), row_step = ep.row_step(ldc);
+    for (int r = 0; r < R; ++r) {
+        __m512 y = _mm512_add_ps(rows[r], bias);
+        float* row = c + r * row_step;
+        alignas(64) float tmp[gemm_panel];  // a row with col_step != 1 (a column of C, or strided)
+        if (ep.accumulate) {
+            if (col_step == 1) {
+                y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(lanes, row));
+            } else {
+                for (std::size_t j = 0; j < cols; ++j) tmp[j] = row[static_cast<std::ptrdiff_t>(j) * col_step];
+                y = _mm512_add_ps(y, _mm512_maskz_load_ps(lanes, tmp));
+            }
+        }
+        // maxps returns its second operand on NaN: keep NaN, as std::max(y, 0) and Eigen do
+        if (ep.relu) y = _mm512_mask_max_ps(y, 0xffff, zero, y);
+        if (col_step == 1) {
+            _mm512_mask_storeu_ps(row, lanes, y);
+        } else {
+            _mm512_store_ps(tmp, y);
+            for (std::size_t j = 0; j < cols; ++j) row[static_cast<std::ptrdiff_t>(j) * col_step] = tmp[j];
+        }
+    }
 }
 #endif
 
@@ -288,7 +316,7 @@ template <int R>
                                        std::size_t K, const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc,
                                        std::size_t cols)
 {
-    const std::ptrdiff_t row_step = ep.trans ? 1 : ldc;
+    const std::ptrdiff_t row_step = ep.row_step(ldc);
     for (std::size_t b = 0; b < blocks; ++b, a += R, c += R * row_step) {
 #if BIAFFINE_DETAIL_GEMM_KERNEL_ZMM
         __m512 acc[6][2];
@@ -317,8 +345,7 @@ template <int R>
 {
     gemm_epilogue e = ep;
     if (e.bias != nullptr) e.bias += gemm_panel;
-    const std::ptrdiff_t col_step = ep.trans ? ldc : ep.col_stride != 0 ? ep.col_stride : 1;
-    const std::ptrdiff_t row_step = ep.trans ? 1 : ldc;
+    const std::ptrdiff_t col_step = ep.col_step(ldc), row_step = ep.row_step(ldc);
     for (std::size_t b = 0; b < blocks; ++b, a += R, c += R * row_step) {
         __m512 acc[6][2];
         fma_rows<R, zmm_ops>(a, p0, p1, ldp, K, acc);
@@ -383,13 +410,13 @@ void gemm_loops(Row&& arow, std::size_t N, std::size_t K, std::size_t M, Panel&&
             // and three alternated rounds, AVX-512 Xeon).
             const std::size_t blocks = (rn + 5) / 6, low = rn / blocks, high_blocks = rn % blocks;
             const std::ptrdiff_t col = static_cast<std::ptrdiff_t>(j0);
-            const std::ptrdiff_t col_step = ep.col_stride != 0 ? ep.col_stride : 1;
+            const std::ptrdiff_t col_step = ep.col_step(ldc), row_step = ep.row_step(ldc);
             for (std::size_t part = 0, r = 0; part < 2; ++part) {
                 const std::size_t count = part == 0 ? high_blocks : blocks - high_blocks;
                 if (count == 0) continue;
                 const int R = static_cast<int>(low + (part == 0 ? 1 : 0));
                 const std::ptrdiff_t row = static_cast<std::ptrdiff_t>(r0 + r);
-                float* cr = ep.trans ? c + col * ldc + row : c + row * ldc + col * col_step;
+                float* cr = c + row * row_step + col * col_step;
                 const float* const* rows = row_ptrs + r;
                 with_block_rows(R, [&](auto rows_c) {
                     constexpr int Rc = decltype(rows_c)::value;
