@@ -268,13 +268,40 @@ void check_batch_products(const char* name)
                     CHECK(close(du, want_du) < tol);
                     CHECK(close(dw, want_dw) < tol);
 
-                    // dWh += dZu^T X, dWd += dZv^T X, xp = dZu Wh + dZv Wd.
+                    // dWh += dZu^T X, dWd += dZv^T X, dX = dZu Wh + dZv Wd into
+                    // each split's slot: rows of a wider buffer (dense
+                    // columns) or every second column (through xp).
                     const std::vector<T> dzu = rnd(N * hu), dzv = rnd(N * hv), gwh0 = rnd(h * n_in),
                                          gwd0 = rnd(h * n_in);
-                    std::vector<T> gwh = gwh0, gwd = gwd0, gb(h), gw(1), dx(N * n_in);
+                    std::vector<T> gwh = gwh0, gwd = gwd0, gb(h), gw(1), scratch_x(N * n_in);
                     const biaffine::detail::grads_ref<T> gr{gwh.data(), gb.data(), gwd.data(), gb.data(), gw.data()};
-                    Backend::input_backward(dims, wr, gr, X.items, X.off.data(), N, dzu.data(), dzv.data(), dx.data(),
-                                            packed.data());
+                    const std::size_t slot_ld = 2 * n_in + 1;
+                    const T sentinel = T(-7.25);
+                    std::vector<T> slots_buf(N * slot_ld, sentinel);
+                    std::vector<biaffine::seq_view<T>> slots;
+                    for (std::size_t k = 0; k < lens.size(); ++k) {
+                        const bool strided = k % 2 == 1;
+                        slots.push_back({slots_buf.data() + X.off[k] * slot_ld, lens[k], n_in,
+                                         static_cast<std::ptrdiff_t>(slot_ld), strided ? 2 : 1});
+                    }
+                    Backend::input_backward(dims, wr, gr, X.items, X.off.data(), N, dzu.data(), dzv.data(),
+                                            scratch_x.data(), packed.data(),
+                                            biaffine::span<const biaffine::seq_view<T>>(slots.data(), slots.size()));
+                    std::vector<T> dx(N * n_in);
+                    for (std::size_t k = 0; k < lens.size(); ++k)
+                        for (std::size_t r = 0; r < lens[k]; ++r)
+                            for (std::size_t i = 0; i < n_in; ++i) dx[(X.off[k] + r) * n_in + i] = slots[k](r, i);
+                    // Nothing outside the slots' elements is written.
+                    std::size_t untouched = 0, outside = 0;
+                    for (std::size_t k = 0; k < lens.size(); ++k)
+                        for (std::size_t r = 0; r < lens[k]; ++r)
+                            for (std::size_t c = 0; c < slot_ld; ++c) {
+                                const bool inside = slots[k].col_stride == 1 ? c < n_in : c % 2 == 0 && c / 2 < n_in;
+                                if (inside) continue;
+                                ++outside;
+                                if (slots_buf[(X.off[k] + r) * slot_ld + c] == sentinel) ++untouched;
+                            }
+                    CHECK(untouched == outside);
                     std::vector<double> want_gwh(gwh0.begin(), gwh0.end()), want_gwd(gwd0.begin(), gwd0.end()),
                         want_dx(N * n_in, 0.0);
                     for (std::size_t r = 0; r < N; ++r)

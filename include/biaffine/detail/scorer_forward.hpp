@@ -376,8 +376,7 @@ void biaffine_scorer<T>::backward_projections(const saved_batch& sb, const T* u,
     const T scale = sb.drop ? static_cast<T>(1.0 / (1.0 - cfg_.dropout)) : T(1);
     backend::relu_backward(dims(), u, hu(), N, scale, du, dbh_.data());
     backend::relu_backward(dims(), v, hv(), N, scale, dv, dbd_.data());
-    backend::input_backward(dims(), weights(), grads(), sb.views, off, N, du, dv, xp.data(), packed);
-    for (std::size_t k = 0; k < count; ++k) detail::copy_rows(xp.data() + off[k] * n_in, dX[k]);
+    backend::input_backward(dims(), weights(), grads(), sb.views, off, N, du, dv, xp.data(), packed, dX);
 }
 
 // Offsets, views, mode flags and the dropout seed of one training forward

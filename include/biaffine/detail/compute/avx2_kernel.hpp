@@ -265,7 +265,9 @@ struct zmm_ops {
     static vec fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
 };
 #endif
-template <int R, class Ops, int H = 2>
+// With Prefetch, a[R .. 2R) must be valid rows of K floats too (the next
+// block's): one cache line of each is prefetched every 16 steps of k.
+template <int R, class Ops, int H = 2, bool Prefetch = false>
 [[gnu::always_inline]] inline void fma_rows(const float* const* a, const float* p0, const float* p1,
                                             std::ptrdiff_t ldp, std::size_t K, typename Ops::vec (&acc)[6][2])
 {
@@ -281,8 +283,7 @@ template <int R, class Ops, int H = 2>
     V c00 = Ops::zero(), c01 = Ops::zero(), c10 = Ops::zero(), c11 = Ops::zero();
     V c20 = Ops::zero(), c21 = Ops::zero(), c30 = Ops::zero(), c31 = Ops::zero();
     V c40 = Ops::zero(), c41 = Ops::zero(), c50 = Ops::zero(), c51 = Ops::zero();
-#pragma GCC unroll 4
-    for (std::size_t k = 0; k < K; ++k) {
+    const auto step = [&](std::size_t k) {
         const V b0 = Ops::load(p0);
         const V b1 = H == 2 ? Ops::load(p1) : b0;
         p0 += ldp;
@@ -299,7 +300,17 @@ template <int R, class Ops, int H = 2>
         if constexpr (R > 3) row(a3, c30, c31);
         if constexpr (R > 4) row(a4, c40, c41);
         if constexpr (R > 5) row(a5, c50, c51);
+    };
+    std::size_t k = 0;
+    if constexpr (Prefetch) {
+        for (; k + 16 <= K; k += 16) {
+            for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(a[R + r] + k), _MM_HINT_T0);
+#pragma GCC unroll 4
+            for (std::size_t kk = k; kk < k + 16; ++kk) step(kk);
+        }
     }
+#pragma GCC unroll 4
+    for (; k < K; ++k) step(k);
     acc[0][0] = c00, acc[0][1] = c01, acc[1][0] = c10, acc[1][1] = c11, acc[2][0] = c20, acc[2][1] = c21;
     acc[3][0] = c30, acc[3][1] = c31, acc[4][0] = c40, acc[4][1] = c41, acc[5][0] = c50, acc[5][1] = c51;
 }
@@ -311,7 +322,7 @@ template <int R, class Ops, int H = 2>
 // a block of six computed for one or two rows was a tenth of the work.
 // Not inlined, because inlined into the loops around it the accumulators
 // spilled to the stack (twice the time, AVX2 EPYC, g++ 12).
-template <int R>
+template <int R, bool Prefetch>
 [[gnu::noinline]] void gemm_block_rows(const float* const* a, std::size_t blocks, const float* p, std::ptrdiff_t ldp,
                                        std::size_t K, const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc,
                                        std::size_t cols)
@@ -320,12 +331,12 @@ template <int R>
     for (std::size_t b = 0; b < blocks; ++b, a += R, c += R * row_step) {
 #if BIAFFINE_DETAIL_GEMM_KERNEL_ZMM
         __m512 acc[6][2];
-        fma_rows<R, zmm_ops, 1>(a, p, p, ldp, K, acc);
+        fma_rows<R, zmm_ops, 1, Prefetch>(a, p, p, ldp, K, acc);
         const __m512 rows[6] = {acc[0][0], acc[1][0], acc[2][0], acc[3][0], acc[4][0], acc[5][0]};
         store_zmm_rows(R, rows, ep, c, ldc, cols);
 #else
         __m256 acc[6][2];
-        fma_rows<R, ymm_ops>(a, p, p + 8, ldp, K, acc);
+        fma_rows<R, ymm_ops, 2, Prefetch>(a, p, p + 8, ldp, K, acc);
         gemm_store_block(R, acc, ep, c, ldc, cols);
 #endif
     }
@@ -338,7 +349,7 @@ template <int R>
 // a latency of four needs in flight (eight): on an AVX-512 Xeon the 6 x 16
 // block ran the projection at 63-74 GFLOP/s against Eigen's 97-110, this
 // one at 105-106. cols in (16, 32].
-template <int R>
+template <int R, bool Prefetch>
 [[gnu::noinline]] void gemm_block_rows2(const float* const* a, std::size_t blocks, const float* p0, const float* p1,
                                         std::ptrdiff_t ldp, std::size_t K, const gemm_epilogue& ep, float* c,
                                         std::ptrdiff_t ldc, std::size_t cols)
@@ -348,7 +359,7 @@ template <int R>
     const std::ptrdiff_t col_step = ep.col_step(ldc), row_step = ep.row_step(ldc);
     for (std::size_t b = 0; b < blocks; ++b, a += R, c += R * row_step) {
         __m512 acc[6][2];
-        fma_rows<R, zmm_ops>(a, p0, p1, ldp, K, acc);
+        fma_rows<R, zmm_ops, 2, Prefetch>(a, p0, p1, ldp, K, acc);
         const __m512 first[6] = {acc[0][0], acc[1][0], acc[2][0], acc[3][0], acc[4][0], acc[5][0]};
         const __m512 second[6] = {acc[0][1], acc[1][1], acc[2][1], acc[3][1], acc[4][1], acc[5][1]};
         store_zmm_rows(R, first, ep, c, ldc, gemm_panel);
@@ -384,9 +395,13 @@ void gemm_loops(Row&& arow, std::size_t N, std::size_t K, std::size_t M, Panel&&
     constexpr std::size_t row_block = BIAFFINE_AVX2_ROW_BLOCK;
     for (std::size_t r0 = 0; r0 < N; r0 += row_block) {
         const std::size_t rn = std::min(row_block, N - r0);
-        // The block's row pointers, once for all its panels.
-        const float* row_ptrs[row_block];
-        for (std::size_t q = 0; q < rn; ++q) row_ptrs[q] = arow(r0 + q);
+        // The block's row pointers, once for all its panels, and six more:
+        // the next rows (the last row again past N), which the first panel
+        // prefetches a block ahead of their turn. (Prefetching the caller's
+        // next rows across calls as well, a row block of the projections
+        // ahead, gained nothing measurable.)
+        const float* row_ptrs[row_block + 6];
+        for (std::size_t q = 0; q < rn + 6; ++q) row_ptrs[q] = arow(std::min(r0 + q, N - 1));
         for (std::size_t j0 = 0; j0 < M;) {
             const float* p = panel(j0);
             const std::ptrdiff_t ld = ldp(j0);
@@ -420,13 +435,19 @@ void gemm_loops(Row&& arow, std::size_t N, std::size_t K, std::size_t M, Panel&&
                 const float* const* rows = row_ptrs + r;
                 with_block_rows(R, [&](auto rows_c) {
                     constexpr int Rc = decltype(rows_c)::value;
+                    const auto run = [&](auto prefetch) {
+                        constexpr bool Pf = decltype(prefetch)::value;
 #if BIAFFINE_DETAIL_GEMM_KERNEL_PAIR
-                    if (pair) {
-                        gemm_block_rows2<Rc>(rows, count, p, p1, ld, K, ep, cr, ldc, cols);
-                        return;
-                    }
+                        if (pair) {
+                            gemm_block_rows2<Rc, Pf>(rows, count, p, p1, ld, K, ep, cr, ldc, cols);
+                            return;
+                        }
 #endif
-                    gemm_block_rows<Rc>(rows, count, p, ld, K, ep, cr, ldc, cols);
+                        gemm_block_rows<Rc, Pf>(rows, count, p, ld, K, ep, cr, ldc, cols);
+                    };
+                    // Only the first panel meets the rows cold.
+                    if (BIAFFINE_AVX2_PREFETCH_A && j0 == 0) run(std::true_type());
+                    else run(std::false_type());
                 });
                 r += count * static_cast<std::size_t>(R);
             }

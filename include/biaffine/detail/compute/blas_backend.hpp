@@ -118,10 +118,12 @@ struct blas_backend : eigen_backend<T> {
         }
     }
 
-    // dWh += dZu^T X, dWd += dZv^T X, then xp = dZu Wh + dZv Wd over X.
+    // dWh += dZu^T X, dWd += dZv^T X, then xp = dZu Wh + dZv Wd over X, out
+    // to the slots dX.
     template <class Items>
     static void input_backward(const scorer_dims& d, const weights_ref<T>& w, const grads_ref<T>& g, const Items& X,
-                               const std::size_t* off, std::size_t N, const T* dzu, const T* dzv, T* xp, T*)
+                               const std::size_t* off, std::size_t N, const T* dzu, const T* dzv, T* xp, T*,
+                               span<const seq_view<T>> dX)
     {
         if (N == 0) return;
         pin_blas_threads();
@@ -131,6 +133,7 @@ struct blas_backend : eigen_backend<T> {
         blas_gemm(true, false, h, n_in, N, T(1), dzv, hv, xp, n_in, T(1), g.wd, n_in);
         blas_gemm(false, false, N, n_in, h, T(1), dzu, hu, w.wh, n_in, T(0), xp, n_in);
         blas_gemm(false, false, N, n_in, h, T(1), dzv, hv, w.wd, n_in, T(1), xp, n_in);
+        scatter_rows<T>(xp, off, n_in, dX);
     }
 
 private:

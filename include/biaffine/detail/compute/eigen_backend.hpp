@@ -271,7 +271,8 @@ struct eigen_backend {
 
     template <class Items>
     static void input_backward(const scorer_dims& d, const weights_ref<T>& w, const grads_ref<T>& g, const Items& X,
-                               const std::size_t* off, std::size_t N, const T* dzu, const T* dzv, T* xp, T*)
+                               const std::size_t* off, std::size_t N, const T* dzu, const T* dzv, T* xp, T*,
+                               span<const seq_view<T>> dX)
     {
         const auto h = static_cast<Eigen::Index>(d.hidden), n_in = static_cast<Eigen::Index>(d.n_in);
         gather_rows(X, off, d.n_in, xp);
@@ -286,6 +287,7 @@ struct eigen_backend {
         auto dxp = row_block(xp, N, d.n_in);
         dxp.noalias() = zu * wh;
         dxp.noalias() += zv * wd;
+        scatter_rows<T>(xp, off, d.n_in, dX);
     }
 
 private:

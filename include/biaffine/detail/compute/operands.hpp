@@ -50,5 +50,12 @@ void gather_rows(const Items& X, const std::size_t* off, std::size_t n_in, T* xp
     }
 }
 
+/// The inverse: packed rows `xp [N, n_in]` out to the splits' slots dX[k].
+template <class T>
+void scatter_rows(const T* xp, const std::size_t* off, std::size_t n_in, span<const seq_view<T>> dX)
+{
+    for (std::size_t k = 0; k < dX.size(); ++k) copy_rows(xp + off[k] * n_in, dX[k]);
+}
+
 }  // namespace detail
 }  // namespace biaffine
