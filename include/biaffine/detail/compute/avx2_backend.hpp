@@ -98,14 +98,14 @@ struct avx2_backend {
 
     /// The packed block of training: the forward's; for dU = dT W^T one
     /// label's W^T; for dW += Ua^T dT a chunk of Ua^T and the tail of dT's
-    /// panels; for dW += dZ^T X a chunk of dZ^T and the tail of X's panels;
+    /// panels; for dW += dZ^T X a chunk of dZ^T and that chunk of X packed;
     /// for dX = dZu Wh + dZv Wd, Wh and Wd.
     static std::size_t train_packed_elements(const scorer_dims& d, std::size_t max_len) noexcept
     {
         const std::size_t h = d.hidden, panel = gemm_panel;
         return std::max({packed_elements(d, max_len), gemm_packed_size(d.hv(), d.hu()),
                          d.hu() * dw_ld + gemm_packed_size(dw_chunk, d.hv() % panel),
-                         h * dw_ld + gemm_packed_size(dw_chunk, d.n_in % panel), 2 * gemm_packed_size(h, d.n_in)});
+                         h * dw_ld + gemm_packed_size(dw_chunk, d.n_in), 2 * gemm_packed_size(h, d.n_in)});
     }
 
     // Both weights packed at once, then U and V by row blocks of X, so each
@@ -383,12 +383,15 @@ struct avx2_backend {
     }
 
     // dWh += dZu^T X and dWd += dZv^T X over chunks of dw_chunk rows: X
-    // gathered row-major into `xp` ([N, n_in]) and read in place as the
-    // kernel's right side, each chunk of dZ transposed into `packed`, so the
-    // store into dW is a plain vector accumulate; then dX = dZu Wh + dZv Wd
-    // into `xp`. (Transposing X instead, twice as
-    // wide as dZ, and storing dW^T element by element ran at 53-58 GFLOP/s
-    // against 64-71 for this order: 100k tokens, AVX2 EPYC, one run.)
+    // gathered row-major into `xp` ([N, n_in]), each chunk of it packed as
+    // the kernel's right side for both products, each chunk of dZ
+    // transposed into `packed`, so the store into dW is a plain vector
+    // accumulate; then dX = dZu Wh + dZv Wd. (Transposing X instead, twice
+    // as wide as dZ, and storing dW^T element by element ran at 53-58
+    // GFLOP/s against 64-71 for this order: 100k tokens, AVX2 EPYC, one run.
+    // Reading the chunk of X in place, its rows n_in = 256 floats apart fell
+    // into few L1 sets: the product alone ran at 98-101 GFLOP/s against
+    // 120-124 packed, packing included; AVX-512 Xeon, model 207.)
     // dX goes straight into each split's slot where its columns are dense
     // (a copy of N x n_in floats less); other slots get it through `xp`.
     template <class Items>
@@ -409,14 +412,14 @@ struct avx2_backend {
         const side sides[2] = {{dzu, d.hu(), w.wh, g.wh}, {dzv, d.hv(), w.wd, g.wd}};
         gemm_epilogue add;
         add.accumulate = true;
-        T* tail = packed + h * dw_ld;
+        T* x_chunk = packed + h * dw_ld;
         const auto ld = static_cast<std::ptrdiff_t>(dw_ld);
         for (std::size_t k0 = 0; k0 < N; k0 += dw_chunk) {  // both sides while X's chunk is in cache
             const std::size_t kc = std::min(dw_chunk, N - k0);
+            gemm_pack_b(xp + k0 * n_in, n_in_s, 1, kc, n_in, x_chunk);
             for (const side& sd : sides) {
                 transpose_block(sd.dz + k0 * sd.width, static_cast<std::ptrdiff_t>(sd.width), kc, h, packed, ld);
-                gemm_rowmajor_b(packed, ld, h, kc, xp + k0 * n_in, n_in_s, n_in, tail,
-                                sd.dw, n_in_s, add);
+                gemm_packed(packed, ld, h, kc, x_chunk, n_in, add, sd.dw, n_in_s);
             }
         }
         // dX by splits (row blocks of at most BIAFFINE_AVX2_ROW_BLOCK), both
