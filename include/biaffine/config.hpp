@@ -147,9 +147,6 @@
 #ifndef BIAFFINE_AVX2_KERNEL_ZMM
 #define BIAFFINE_AVX2_KERNEL_ZMM 2
 #endif
-/// Rows of X^T dZ (and Ua^T dT) summed per kernel call in the weight
-/// gradients: keeps a [96, chunk] block of X^T in L2 and the dZ panel in L1
-/// (AVX2 EPYC).
 /// Whether the GEMM kernel, on its first panel over a row block, prefetches
 /// into L1 the rows of A the next block of rows will read (one line per row
 /// every 16 steps of k). The projections read the document's rows once, from
@@ -166,6 +163,9 @@
 #define BIAFFINE_AVX2_PREFETCH_A 0
 #endif
 #endif
+/// Rows of X^T dZ (and Ua^T dT) summed per kernel call in the weight
+/// gradients: keeps a [96, chunk] block of X^T in L2 and the dZ panel in L1
+/// (AVX2 EPYC).
 #ifndef BIAFFINE_AVX2_DW_CHUNK
 #define BIAFFINE_AVX2_DW_CHUNK 256
 #endif
