@@ -33,7 +33,8 @@ void check_split_scores(const char* name)
     const std::size_t hv = 129;
     for (std::size_t o : {std::size_t(1), std::size_t(4)}) {
         for (std::size_t n : {std::size_t(0), std::size_t(5), std::size_t(13), std::size_t(18), std::size_t(22),
-                              std::size_t(31), std::size_t(32), std::size_t(33), std::size_t(60)}) {
+                              std::size_t(26), std::size_t(31), std::size_t(32), std::size_t(33), std::size_t(36),
+                              std::size_t(48), std::size_t(60)}) {
             INFO(name << ": labels " << o << " n " << n);
             const std::size_t ldv = hv + 2, lds = n * o + 3;  // strides wider than the rows
             std::vector<T> va(n * ldv), tr(n * o * hv);
@@ -530,9 +531,17 @@ TEST_CASE("avx2 backend: split scores equal a double loop on every path", "[back
     REQUIRE(kernel_score_rows(60, 1) == 60);
     REQUIRE(kernel_score_rows(5, 4) == 0);
     REQUIRE(kernel_score_rows(13, 4) == 13);
-    REQUIRE(kernel_score_rows(18, 4) == 16);
     REQUIRE(kernel_score_rows(22, 4) == 0);
-    REQUIRE(kernel_score_rows(33, 4) == 32);
+    REQUIRE(kernel_score_rows(26, 4) == 26);  // two panels, 26 of 32 columns used
+    REQUIRE(kernel_score_rows(64, 4) == 64);
+    // Full panels and row_dots for one to four rows left over, or Eigen.
+    const Eigen::Index dots_tail = BIAFFINE_AVX2_SCORES_DOTS_TAIL >= 2 ? 16 : 0;
+    REQUIRE(kernel_score_rows(18, 4) == dots_tail);
+    REQUIRE(kernel_score_rows(33, 4) == 2 * dots_tail);
+    // Three panels (36 or 48 of 48 columns used) on the kernel only where it
+    // takes an odd number of them; else Eigen.
+    REQUIRE(kernel_score_rows(36, 4) == (BIAFFINE_AVX2_SCORES_ODD_PANELS ? 36 : 0));
+    REQUIRE(kernel_score_rows(48, 4) == (BIAFFINE_AVX2_SCORES_ODD_PANELS ? 48 : 0));
     check_split_scores<biaffine::detail::avx2_backend, float>("avx2");
 }
 

@@ -370,6 +370,22 @@ std::uint64_t expected_scores(const std::vector<std::size_t>& lengths, std::size
     return b;
 }
 
+// A document of ones with one row per token, and a view per split.
+template <class T>
+struct ones_document {
+    xt::xtensor<T, 2> doc;
+    std::vector<seq_view<const T>> items;
+    ones_document(const std::vector<std::size_t>& lengths, std::size_t n_in)
+    {
+        std::size_t N = 0;
+        for (std::size_t n : lengths) N += n;
+        doc = xt::ones<T>({N, n_in});
+        for (std::size_t k = 0, row = 0; k < lengths.size(); row += lengths[k], ++k) {
+            items.push_back(as_const_view(doc).rows_view(row, lengths[k]));
+        }
+    }
+};
+
 template <class T>
 void check_predict_keeps_only_outputs(std::size_t o)
 {
@@ -380,13 +396,8 @@ void check_predict_keeps_only_outputs(std::size_t o)
     cfg.labels = o;
     biaffine_scorer<T> s(cfg);
     const std::vector<std::size_t> lengths{5, 0, 1, 7, 3, 12};
-    std::size_t N = 0;
-    for (std::size_t n : lengths) N += n;
-    xt::xtensor<T, 2> doc = xt::ones<T>({N, cfg.n_in});
-    std::vector<seq_view<const T>> items;
-    for (std::size_t k = 0, row = 0; k < lengths.size(); row += lengths[k], ++k) {
-        items.push_back(as_const_view(doc).rows_view(row, lengths[k]));
-    }
+    const ones_document<T> d(lengths, cfg.n_in);
+    const auto& items = d.items;
     const std::uint64_t scores = expected_scores<T>(lengths, o);
 
     {
@@ -753,4 +764,128 @@ TEST_CASE("cached blocks: reused when freed, never more mapped than the most liv
     ak.deallocate(q, n);
     CHECK(release_cached_blocks() == detail::large_block_span(n * sizeof(float)));
     CHECK(release_cached_blocks() == 0);
+}
+
+TEST_CASE("output chunks: blocks cut in order, a chunk kept once its last block is freed, reused, released",
+          "[memory]")
+{
+    using detail::output_chunks;
+    const std::size_t C = output_chunks::chunk_bytes;
+    if (!output_chunks::fits(1)) {
+        WARN("SKIPPED: scores come from operator new here (not Linux, BIAFFINE_OUTPUT_CHUNK_BYTES 0, or "
+             "AddressSanitizer)");
+        return;
+    }
+    CHECK(output_chunks::fits(C / 4));
+    CHECK_FALSE(output_chunks::fits(C / 4 + 1));
+    output_chunks chunks;  // chunks of its own: nothing mapped yet
+    const auto base = [&](void* p) { return reinterpret_cast<std::uintptr_t>(p) / C; };
+    const auto addr = [](void* p) { return reinterpret_cast<std::uintptr_t>(p); };
+
+    // In order, 64-byte aligned, an empty block taking one step of 64, all
+    // in one chunk that is aligned to its size.
+    char* a = static_cast<char*>(chunks.allocate(100));
+    char* b = static_cast<char*>(chunks.allocate(0));
+    char* c = static_cast<char*>(chunks.allocate(C / 4));
+    CHECK(addr(a) % 64 == 0);
+    CHECK(addr(b) == addr(a) + 128);
+    CHECK(addr(c) == addr(b) + 64);
+    CHECK(base(a) == base(c));
+    CHECK(chunks.mapped_bytes() == C);
+    std::memset(a, 1, 100);
+    std::memset(c, 3, C / 4);  // every byte of the largest block is writable
+    CHECK(a[99] == 1);
+
+    // Filling the chunk: the block that does not fit opens a second one.
+    std::vector<char*> first{a, b, c};
+    while (first.size() < 5) first.push_back(static_cast<char*>(chunks.allocate(C / 4)));
+    CHECK(base(first.back()) == base(a));  // header, 128, 64 and three quarters: a fourth would not fit
+    char* d = static_cast<char*>(chunks.allocate(C / 4));
+    CHECK(base(d) != base(a));
+    CHECK(chunks.mapped_bytes() == 2 * C);
+    CHECK(chunks.kept_bytes() == 0);
+
+    // One block of the first chunk held keeps it from the kept list.
+    for (std::size_t i = 1; i < first.size(); ++i) chunks.free(first[i]);
+    CHECK(chunks.kept_bytes() == 0);
+    chunks.free(a);
+    CHECK(chunks.kept_bytes() == C);
+    CHECK(chunks.mapped_bytes() == 2 * C);
+
+    // The second chunk full, the next block comes from the kept one, as it
+    // was left: nothing new is mapped.
+    std::vector<char*> second{d};
+    while (second.size() < 3) second.push_back(static_cast<char*>(chunks.allocate(C / 4)));
+    char* e = static_cast<char*>(chunks.allocate(C / 4));
+    CHECK(base(e) == base(a));
+    CHECK(static_cast<unsigned char>(e[0]) == 1);  // a's first byte: not zeroed
+    CHECK(chunks.mapped_bytes() == 2 * C);
+    CHECK(chunks.kept_bytes() == 0);
+
+    // The current chunk, once empty, starts over.
+    chunks.free(e);
+    char* f = static_cast<char*>(chunks.allocate(C / 4));
+    CHECK(f == e);
+    chunks.free(f);
+    for (char* p : second) chunks.free(p);
+    CHECK(chunks.kept_bytes() == C);  // the second chunk; the first is current and empty
+    CHECK(chunks.release() == 2 * C);
+    CHECK(chunks.mapped_bytes() == 0);
+    CHECK(chunks.release() == 0);
+
+    // At most BIAFFINE_OUTPUT_CHUNK_CACHE_BYTES of freed chunks are kept; the
+    // rest are unmapped (mapped, never touched: no memory is used).
+    const std::size_t cap = static_cast<std::size_t>(BIAFFINE_OUTPUT_CHUNK_CACHE_BYTES) / C;
+    std::vector<void*> blocks;
+    for (std::size_t i = 0; i < 4 * (cap + 3); ++i) blocks.push_back(chunks.allocate(C / 4 - 64));
+    CHECK(chunks.mapped_bytes() == (cap + 3) * C);
+    for (void* p : blocks) chunks.free(p);
+    CHECK(chunks.kept_bytes() == cap * C);
+    CHECK(chunks.mapped_bytes() == (cap + 1) * C);  // and the current one
+    CHECK(chunks.release() == (cap + 1) * C);
+}
+
+TEST_CASE("output chunks: scores counted as asked, and scoring again after freeing maps nothing new", "[memory]")
+{
+    using detail::output_chunks;
+    if (!output_chunks::fits(1)) {
+        WARN("SKIPPED: scores come from operator new here (not Linux, BIAFFINE_OUTPUT_CHUNK_BYTES 0, or "
+             "AddressSanitizer)");
+        return;
+    }
+    scorer_config cfg;
+    cfg.n_in = 8;
+    cfg.hidden = 16;
+    cfg.labels = 50;
+    biaffine_scorer<float> s(cfg);
+    const std::vector<std::size_t> lengths{40, 3, 100, 17, 0, 64, 25};  // 100: 2 MB of scores, a quarter chunk at most
+    const ones_document<float> d(lengths, cfg.n_in);
+    const auto& items = d.items;
+    // 3.3 MB of scores per call: once they are freed the chunk they were cut
+    // from starts over, so the next call takes the same memory. (The first
+    // call may start in a chunk where other scores live and move on to one
+    // more.)
+    auto& chunks = output_chunks::instance();
+    const std::size_t mapped_before = chunks.mapped_bytes();
+    std::size_t mapped_first = 0;
+    const float* first_block = nullptr;
+    for (int call = 0; call < 8; ++call) {
+        INFO("call " << call);
+        const std::uint64_t before = tracker().current_bytes();
+        {
+            const score_list<float> Y = s.predict(items);
+            CHECK(tracker().current_bytes() - before == output_bytes_of(Y));  // what was asked, not the chunks
+            for (const auto& y : Y) {
+                CHECK(reinterpret_cast<std::uintptr_t>(y.data()) % tracking_allocator<float>::alignment == 0);
+            }
+            // Ones in: a label's score is the same for every pair, the last element included.
+            CHECK(Y[2](99, 99, 49) == Approx(Y[2](0, 0, 49)).epsilon(1e-5));
+            if (call == 1) first_block = Y[0].data();
+            if (call > 1) CHECK(Y[0].data() == first_block);
+        }
+        CHECK(tracker().current_bytes() == before);
+        if (call == 0) mapped_first = chunks.mapped_bytes();
+        CHECK(chunks.mapped_bytes() == mapped_first);
+    }
+    CHECK(chunks.mapped_bytes() - mapped_before <= output_chunks::chunk_bytes);
 }

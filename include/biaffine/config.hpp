@@ -65,6 +65,25 @@
 #define BIAFFINE_CACHED_BLOCK_MIN_BYTES (2 << 20)
 #endif
 
+/// Score tensors handed to the caller of up to a quarter of this many bytes
+/// are cut from chunks of this size, mapped on huge pages, which stay mapped
+/// for the next call once every score in them is freed
+/// (detail/output_chunks.hpp). From the heap, glibc gave them back to the
+/// system after each call and every call faulted them in afresh: about a
+/// tenth of a call over 20k tokens at 50 labels (AVX-512 Xeon model 207).
+/// Holding one split's scores keeps its chunk mapped. A power of two of at
+/// least 2 MiB; 0 sends scores through operator new (so does
+/// AddressSanitizer, to check their bounds).
+#ifndef BIAFFINE_OUTPUT_CHUNK_BYTES
+#define BIAFFINE_OUTPUT_CHUNK_BYTES (8 << 20)
+#endif
+
+/// Freed output chunks kept for reuse, at most this many bytes; past it a
+/// freed chunk is unmapped. release_cached_blocks() unmaps them all.
+#ifndef BIAFFINE_OUTPUT_CHUNK_CACHE_BYTES
+#define BIAFFINE_OUTPUT_CHUNK_CACHE_BYTES (32 << 20)
+#endif
+
 /// Define (and link a CBLAS: OpenBLAS or BLIS) to run the scorer's
 /// batch-wide products - projections, U.W', their backward, the input
 /// gradient - on cblas_?gemm, for float and double; per-split products stay
@@ -196,8 +215,30 @@
 /// n = 18 / 20: 61 / 56 against 36 / 39; one label, n = 18 / 36 / 50: 40 / 50
 /// / 59 against 29 / 34 / 39. With 50 labels and 8 or 12 rows left over
 /// (n = 24, 28) row_dots made it slower: 36 / 33 against 52 / 64.
+/// With the 6 x 32 body (BIAFFINE_AVX2_KERNEL_ZMM 2 on AVX-512 targets) 0:
+/// there a split of 17-20 tokens at 50 labels ran its 16-row panel plus
+/// row_dots at 0.75-0.93 of Eigen's speed (n = 17-20), and Eigen's GEMM
+/// takes it (median of 15 interleaved rounds, AVX-512 Xeon model 207).
 #ifndef BIAFFINE_AVX2_SCORES_DOTS_TAIL
+#if BIAFFINE_AVX2_KERNEL_ZMM >= 2 && defined(__AVX512F__)
+#define BIAFFINE_AVX2_SCORES_DOTS_TAIL 0
+#else
 #define BIAFFINE_AVX2_SCORES_DOTS_TAIL 4
+#endif
+#endif
+/// 1: with many labels the kernel takes a split whose 16-column panels are
+/// an odd number (above one). The 6 x 32 body pairs panels and runs a last
+/// unpaired one on six accumulators, below the FMA latency's need: there at
+/// 50 labels the kernel ran n = 34 / 36 / 40 / 44 / 100 at 0.86 / 0.78 /
+/// 0.84 / 0.91 / 0.81 of Eigen's speed, and n = 26 / 28 / 32 / 64 (even
+/// counts) at 1.13 / 1.14 / 1.15 / 1.14 (median of 15 interleaved rounds,
+/// AVX-512 Xeon model 207). Default 0 with that body, else 1.
+#ifndef BIAFFINE_AVX2_SCORES_ODD_PANELS
+#if BIAFFINE_AVX2_KERNEL_ZMM >= 2 && defined(__AVX512F__)
+#define BIAFFINE_AVX2_SCORES_ODD_PANELS 0
+#else
+#define BIAFFINE_AVX2_SCORES_ODD_PANELS 1
+#endif
 #endif
 /// Inference and the training forward compute T = U W' for a group of
 /// consecutive splits at a time, then score those splits while their rows of

@@ -17,6 +17,7 @@
 
 #include "biaffine/detail/block_cache.hpp"
 #include "biaffine/detail/large_blocks.hpp"
+#include "biaffine/detail/output_chunks.hpp"
 #include "biaffine/errors.hpp"
 
 namespace biaffine {
@@ -180,10 +181,12 @@ private:
 };
 
 /// Unmaps the freed blocks cached for reuse (cached_tag: kept activations,
-/// see detail/block_cache.hpp), e.g. once a program is done training. Returns the bytes unmapped. Safe at any time; blocks in use stay.
+/// see detail/block_cache.hpp; chunks of freed scores, see
+/// detail/output_chunks.hpp), e.g. once a program is done training. Returns
+/// the bytes unmapped. Safe at any time; blocks in use stay.
 inline std::size_t release_cached_blocks() noexcept
 {
-    return detail::block_cache::instance().release();
+    return detail::block_cache::instance().release() + detail::output_chunks::instance().release();
 }
 
 /// Standard allocator that reports to the tracker. 64-byte aligned so every
@@ -215,6 +218,9 @@ public:
         const std::size_t bytes = n * sizeof(T);
         tracker().on_allocate(bytes, is_output);
         try {
+            if (is_output && detail::output_chunks::fits(bytes)) {
+                return static_cast<T*>(detail::output_chunks::instance().allocate(bytes));
+            }
             if (detail::is_large_block(bytes, large_min)) {
                 return static_cast<T*>(detail::block_cache::instance().allocate(bytes));
             }
@@ -230,7 +236,9 @@ public:
     {
         const std::size_t bytes = n * sizeof(T);
         tracker().on_deallocate(bytes, is_output);
-        if (detail::is_large_block(bytes, large_min)) {
+        if (is_output && detail::output_chunks::fits(bytes)) {
+            detail::output_chunks::instance().free(p);
+        } else if (detail::is_large_block(bytes, large_min)) {
             detail::block_cache::instance().free(p);
         } else {
             ::operator delete(p, std::align_val_t(alignment));

@@ -60,26 +60,28 @@ inline std::size_t large_block_span(std::size_t bytes) noexcept
 #endif
 }
 
-/// A 2 MiB-aligned block of `bytes` (is_large_block(bytes)); throws
-/// std::bad_alloc when the kernel refuses the mapping.
-inline void* large_block_allocate(std::size_t bytes)
+/// A block of `bytes` aligned to `align`, a multiple of 2 MiB
+/// (is_large_block(bytes), or an output chunk); throws std::bad_alloc when
+/// the kernel refuses the mapping.
+inline void* large_block_allocate(std::size_t bytes, std::size_t align = huge_page_bytes)
 {
 #if BIAFFINE_DETAIL_LARGE_BLOCKS
     const std::size_t len = large_block_span(bytes);
-    if (len < bytes || len + huge_page_bytes < len) throw std::bad_alloc();
-    // Over-map by one huge page, then cut the ends off to align the start
+    if (len < bytes || len + align < len) throw std::bad_alloc();
+    // Over-map by the alignment, then cut the ends off to align the start
     // (the tail cut ends on a small page: len is a multiple of one).
-    void* raw = ::mmap(nullptr, len + huge_page_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* raw = ::mmap(nullptr, len + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) throw std::bad_alloc();
     const auto base = reinterpret_cast<std::uintptr_t>(raw);
-    const std::uintptr_t start = (base + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes;
+    const std::uintptr_t start = (base + align - 1) / align * align;
     if (start > base) ::munmap(raw, start - base);
-    const std::size_t tail = huge_page_bytes - (start - base);
+    const std::size_t tail = align - (start - base);
     if (tail > 0) ::munmap(reinterpret_cast<void*>(start + len), tail);
     // Advice only: without THP the block still works on 4 KiB pages.
     ::madvise(reinterpret_cast<void*>(start), len, MADV_HUGEPAGE);
     return reinterpret_cast<void*>(start);
 #else
+    (void)align;
     return ::operator new(bytes);  // never called: is_large_block is false here
 #endif
 }

@@ -37,31 +37,42 @@
 namespace biaffine {
 namespace detail {
 
+/// Whether the kernel takes a split's scores over this many 16-column panels
+/// with many labels: not an odd number above one where it pairs panels (see
+/// BIAFFINE_AVX2_SCORES_ODD_PANELS).
+inline bool kernel_panel_count(Eigen::Index panels)
+{
+    return BIAFFINE_AVX2_SCORES_ODD_PANELS || panels <= 1 || panels % 2 == 0;
+}
+
 /// Whether a split of n tokens takes the kernel for its scores: past the
 /// row_dots crossover, and where the kernel's panels are mostly full (see
 /// BIAFFINE_AVX2_SCORES_* in config.hpp).
 inline bool use_kernel_scores(Eigen::Index n, std::size_t labels)
 {
     if (use_row_dots(n, labels)) return false;
-    const Eigen::Index cols = (n + static_cast<Eigen::Index>(gemm_panel) - 1) / static_cast<Eigen::Index>(gemm_panel) *
-                              static_cast<Eigen::Index>(gemm_panel);
-    return labels >= BIAFFINE_AVX2_SCORES_MANY_LABELS ? 100 * n >= BIAFFINE_AVX2_SCORES_FILL_MANY * cols
-                                                      : n >= BIAFFINE_AVX2_SCORES_MIN_N &&
-                                                            100 * n >= BIAFFINE_AVX2_SCORES_FILL_FEW * cols;
+    const auto panel = static_cast<Eigen::Index>(gemm_panel);
+    const Eigen::Index panels = (n + panel - 1) / panel, cols = panels * panel;
+    if (labels < BIAFFINE_AVX2_SCORES_MANY_LABELS) {
+        return n >= BIAFFINE_AVX2_SCORES_MIN_N && 100 * n >= BIAFFINE_AVX2_SCORES_FILL_FEW * cols;
+    }
+    return 100 * n >= BIAFFINE_AVX2_SCORES_FILL_MANY * cols && kernel_panel_count(panels);
 }
 
 /// How many of a split's n rows of Va take the kernel for its scores: all
 /// of them where use_kernel_scores says so; else its full 16-row panels
 /// when the rows left over are few enough for row_dots to finish them (any n
 /// >= 16 with few labels, at most BIAFFINE_AVX2_SCORES_DOTS_TAIL rows with
-/// many); else none (row_dots or Eigen's GEMM for the whole split).
+/// many, and a panel count kernel_panel_count allows); else none (row_dots
+/// or Eigen's GEMM for the whole split).
 inline Eigen::Index kernel_score_rows(Eigen::Index n, std::size_t labels)
 {
     if (use_kernel_scores(n, labels)) return n;
     const auto panel = static_cast<Eigen::Index>(gemm_panel);
     const Eigen::Index full = n / panel * panel;
     if (full == 0) return 0;
-    return labels < BIAFFINE_AVX2_SCORES_MANY_LABELS || n - full <= BIAFFINE_AVX2_SCORES_DOTS_TAIL ? full : 0;
+    if (labels < BIAFFINE_AVX2_SCORES_MANY_LABELS) return full;
+    return n - full <= BIAFFINE_AVX2_SCORES_DOTS_TAIL && kernel_panel_count(full / panel) ? full : 0;
 }
 
 /// See eigen_backend for what each operation computes; float only.
