@@ -66,8 +66,8 @@
 #endif
 
 /// Score tensors handed to the caller of up to a quarter of this many bytes
-/// are cut from chunks of this size, mapped on huge pages, which stay mapped
-/// for the next call once every score in them is freed
+/// are cut from mapped chunks of this size, which stay mapped for the next
+/// call once every score in them is freed
 /// (detail/output_chunks.hpp). From the heap, glibc gave them back to the
 /// system after each call and every call faulted them in afresh: about a
 /// tenth of a call over 20k tokens at 50 labels (AVX-512 Xeon model 207).
@@ -79,9 +79,23 @@
 #endif
 
 /// Freed output chunks kept for reuse, at most this many bytes; past it a
-/// freed chunk is unmapped. release_cached_blocks() unmaps them all.
+/// freed chunk is unmapped. release_cached_blocks() unmaps them all. With 32
+/// MiB, 1M tokens on two threads (100 MB of scores per call) mapped most of
+/// its chunks afresh on every call and took 1.12-1.15 s against 0.92-1.02
+/// from the heap; with 256 MiB 0.83-0.99 (AVX-512 Xeon model 207).
 #ifndef BIAFFINE_OUTPUT_CHUNK_CACHE_BYTES
-#define BIAFFINE_OUTPUT_CHUNK_CACHE_BYTES (32 << 20)
+#define BIAFFINE_OUTPUT_CHUNK_CACHE_BYTES (256 << 20)
+#endif
+
+/// 1: output chunks on transparent huge pages (MADV_HUGEPAGE). Off by
+/// default: reuse, not the page size, is what saves the faults, and where
+/// chunks past the cache were mapped afresh each call, huge pages took more
+/// system time (1M tokens, two threads, 32 MiB cache: 2.9 s of system time
+/// over six calls against 1.4 from the heap; 4 KiB pages with 256 MiB
+/// cached 0.83-0.86 s a call against 0.89-0.98 on huge pages; AVX-512 Xeon
+/// model 207, a VM).
+#ifndef BIAFFINE_OUTPUT_CHUNK_HUGE_PAGES
+#define BIAFFINE_OUTPUT_CHUNK_HUGE_PAGES 0
 #endif
 
 /// Define (and link a CBLAS: OpenBLAS or BLIS) to run the scorer's

@@ -63,7 +63,7 @@ inline std::size_t large_block_span(std::size_t bytes) noexcept
 /// A block of `bytes` aligned to `align`, a multiple of 2 MiB
 /// (is_large_block(bytes), or an output chunk); throws std::bad_alloc when
 /// the kernel refuses the mapping.
-inline void* large_block_allocate(std::size_t bytes, std::size_t align = huge_page_bytes)
+inline void* large_block_allocate(std::size_t bytes, std::size_t align = huge_page_bytes, bool huge = true)
 {
 #if BIAFFINE_DETAIL_LARGE_BLOCKS
     const std::size_t len = large_block_span(bytes);
@@ -78,10 +78,11 @@ inline void* large_block_allocate(std::size_t bytes, std::size_t align = huge_pa
     const std::size_t tail = align - (start - base);
     if (tail > 0) ::munmap(reinterpret_cast<void*>(start + len), tail);
     // Advice only: without THP the block still works on 4 KiB pages.
-    ::madvise(reinterpret_cast<void*>(start), len, MADV_HUGEPAGE);
+    if (huge) ::madvise(reinterpret_cast<void*>(start), len, MADV_HUGEPAGE);
     return reinterpret_cast<void*>(start);
 #else
     (void)align;
+    (void)huge;
     return ::operator new(bytes);  // never called: is_large_block is false here
 #endif
 }
