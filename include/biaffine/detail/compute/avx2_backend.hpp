@@ -87,7 +87,11 @@ struct avx2_backend {
         BIAFFINE_DETAIL_GEMM_KERNEL_NAME "; per-split scores: "
         "the kernel on all of a split's rows where its panels fill, else on its full 16-row panels with row_dots for "
         "the rows left over (kernel_score_rows), else row_dots (short splits: use_row_dots) or Eigen "
-        "GEMM; per-split score backward: row_dots or Eigen GEMM";
+        "GEMM"
+#if !BIAFFINE_AVX2_SCORES_ODD_PANELS
+        " (with many labels Eigen GEMM for an odd number of panels above one, and for rows left over)"
+#endif
+        "; per-split score backward: row_dots or Eigen GEMM";
     /// Rows of the weight-gradient products summed per kernel call.
     static constexpr std::size_t dw_chunk = BIAFFINE_AVX2_DW_CHUNK;
     /// Row stride of a transposed chunk: 16 floats past dw_chunk, so that its
