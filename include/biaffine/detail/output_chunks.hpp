@@ -9,12 +9,13 @@
 // tokens at 50 labels, about a tenth of the call (perf, AVX-512 Xeon model
 // 207). Here output blocks of up to a quarter of BIAFFINE_OUTPUT_CHUNK_BYTES
 // are cut one after the other from chunks of that size (mapped, aligned to
-// their size, so a block finds its chunk by masking its address). A chunk counts its live blocks; when the last one is freed it
-// starts over if blocks are being cut from it, else it is kept for the
-// next calls, up to BIAFFINE_OUTPUT_CHUNK_CACHE_BYTES of kept
-// chunks, and unmapped beyond that. The price: a block held on to keeps its
-// whole chunk mapped. release_cached_blocks() (memory.hpp) unmaps the kept
-// chunks. The tracker counts what was asked for, not the chunks.
+// their size, so a block finds its chunk by masking its address). A chunk
+// counts its live blocks; when the last one is freed it starts over if
+// blocks are being cut from it, else it is kept for the next calls, up to
+// BIAFFINE_OUTPUT_CHUNK_CACHE_BYTES of kept chunks, and unmapped beyond
+// that. The price: a block held on to keeps its whole chunk mapped.
+// release_cached_blocks() (memory.hpp) unmaps the kept chunks. The tracker
+// counts what was asked for, not the chunks.
 #pragma once
 
 #include <cstddef>
@@ -88,7 +89,8 @@ public:
                 kept_ = next->next;
                 kept_bytes_ -= chunk_bytes;
             } else {
-                next = new (large_block_allocate(chunk_bytes, chunk_bytes, BIAFFINE_OUTPUT_CHUNK_HUGE_PAGES != 0)) chunk;
+                void* raw = large_block_allocate(chunk_bytes, chunk_bytes, BIAFFINE_OUTPUT_CHUNK_HUGE_PAGES != 0);
+                next = new (raw) chunk;
                 mapped_bytes_ += chunk_bytes;
             }
             next->used = header_bytes;
