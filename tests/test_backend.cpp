@@ -199,14 +199,19 @@ void check_batch_products(const char* name)
                     dims.bias_u = bias;
                     dims.bias_v = !bias || o == 1;  // mixed flags too
                     const std::size_t hu = dims.hu(), hv = dims.hv();
-                    // Splits of 0, 5, 17 and 1 rows; N = 23, a strided document.
-                    const std::vector<std::size_t> lens{0, 5, 17, 1};
+                    // Splits of 0, 5, 17, 1, 260, 0 and 30 rows (N = 313: more
+                    // than one chunk of the AVX2 backend's weight gradients),
+                    // a strided document; every second split takes every
+                    // second column.
+                    const std::vector<std::size_t> lens{0, 5, 17, 1, 260, 0, 30};
                     split_doc<T> X;
-                    const std::size_t ld = n_in + 2, N = 23;
+                    const std::size_t ld = 2 * n_in + 2, N = 313;
                     X.data = rnd(N * ld);
                     std::size_t row = 0;
                     for (std::size_t n : lens) {
-                        X.items.push_back({X.data.data() + row * ld, n, n_in, static_cast<std::ptrdiff_t>(ld), 1});
+                        const std::ptrdiff_t col_stride = X.items.size() % 2 == 1 ? 2 : 1;
+                        X.items.push_back(
+                            {X.data.data() + row * ld, n, n_in, static_cast<std::ptrdiff_t>(ld), col_stride});
                         X.off.push_back(row);
                         row += n;
                     }
@@ -215,8 +220,8 @@ void check_batch_products(const char* name)
                     const std::vector<T> wh = rnd(h * n_in), wd = rnd(h * n_in), bh = rnd(h), bd = rnd(h),
                                          w = rnd(o * hu * hv);
                     const biaffine::detail::weights_ref<T> wr{wh.data(), bh.data(), wd.data(), bd.data(), w.data()};
-                    std::vector<T> packed(std::max(Backend::packed_elements(dims, 17),
-                                                   Backend::train_packed_elements(dims, 17)) + 1);
+                    std::vector<T> packed(std::max(Backend::packed_elements(dims, 260),
+                                                   Backend::train_packed_elements(dims, 260)) + 1);
                     std::vector<T> xp(N * n_in);
                     biaffine::detail::gather_rows(X.items, X.off.data(), n_in, xp.data());
 

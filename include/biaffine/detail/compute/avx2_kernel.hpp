@@ -120,6 +120,25 @@ void gemm_pack_b(const T* b, std::ptrdiff_t rs, std::ptrdiff_t cs, std::size_t K
     }
 }
 
+/// gemm_pack_b for B given by rows: element (k, m) at `row(k)[m]` (a
+/// callable returning `const float*`), K x M, so rows that lie apart (the
+/// splits of a batch) are packed without being gathered first. Each row is
+/// read once, front to back.
+template <class Row>
+void gemm_pack_b_rows(Row&& row, std::size_t K, std::size_t M, float* out)
+{
+    const std::size_t full = M / gemm_panel * gemm_panel;
+    for (std::size_t k = 0; k < K; ++k) {
+        const float* src = row(k);
+        float* dst = out + k * gemm_panel;
+        for (std::size_t j0 = 0; j0 < full; j0 += gemm_panel, dst += gemm_panel * K) {
+            _mm256_storeu_ps(dst, _mm256_loadu_ps(src + j0));
+            _mm256_storeu_ps(dst + 8, _mm256_loadu_ps(src + j0 + 8));
+        }
+        if (full < M) std::fill(std::copy(src + full, src + M, dst), dst + gemm_panel, 0.0f);
+    }
+}
+
 /// What happens between the accumulators and the store: C = act(acc + bias
 /// [+ C]); `accumulate` adds the destination's old value (a product split
 /// over several calls, or a gradient summed into); `trans` stores element
