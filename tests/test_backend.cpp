@@ -215,6 +215,7 @@ void check_batch_products(const char* name)
                         X.off.push_back(row);
                         row += n;
                     }
+                    X.off.push_back(row);  // count + 1 offsets, as the scorer passes them
                     INFO(name << ": n_in " << n_in << " h " << h << " o " << o << " bias_u " << dims.bias_u
                               << " bias_v " << dims.bias_v);
                     const std::vector<T> wh = rnd(h * n_in), wd = rnd(h * n_in), bh = rnd(h), bd = rnd(h),

@@ -422,7 +422,7 @@ struct avx2_backend {
         // Row r of the batch, for r = 0, 1, ... in turn: split k's row i.
         std::size_t split = 0, i = 0;
         const auto next_row = [&](std::size_t r) {
-            while (off[split] + i >= off[split + 1]) {  // past this split (or an empty one)
+            while (i >= X[split].rows) {  // past this split (or an empty one)
                 ++split;
                 i = 0;
             }
