@@ -222,7 +222,7 @@ void check_batch_products(const char* name)
                                          w = rnd(o * hu * hv);
                     const biaffine::detail::weights_ref<T> wr{wh.data(), bh.data(), wd.data(), bd.data(), w.data()};
                     std::vector<T> packed(std::max(Backend::packed_elements(dims, 260),
-                                                   Backend::train_packed_elements(dims, 260)) + 1);
+                                                   Backend::train_packed_elements(dims, 260, N)) + 1);
                     std::vector<T> xp(N * n_in);
                     biaffine::detail::gather_rows(X.items, X.off.data(), n_in, xp.data());
 
@@ -275,13 +275,17 @@ void check_batch_products(const char* name)
                     CHECK(close(du, want_du) < tol);
                     CHECK(close(dw, want_dw) < tol);
 
-                    // dWh += dZu^T X, dWd += dZv^T X, dX = dZu Wh + dZv Wd into
-                    // each split's slot: rows of a wider buffer (dense
-                    // columns) or every second column (through xp).
-                    const std::vector<T> dzu = rnd(N * hu), dzv = rnd(N * hv), gwh0 = rnd(h * n_in),
-                                         gwd0 = rnd(h * n_in);
-                    std::vector<T> gwh = gwh0, gwd = gwd0, gb(h), gw(1), scratch_x(N * n_in);
-                    const biaffine::detail::grads_ref<T> gr{gwh.data(), gb.data(), gwd.data(), gb.data(), gw.data()};
+                    // Through relu at U, V (scaled like dropout's kept units),
+                    // then dbh, dbd += the sums, dWh += dZu^T X, dWd += dZv^T
+                    // X, dX = dZu Wh + dZv Wd into each split's slot: rows of
+                    // a wider buffer (dense columns) or every second column.
+                    // Half of U's units are dead (relu), so the mask matters.
+                    const T scale = T(1.25);
+                    const std::vector<T> dzu0 = rnd(N * hu), dzv0 = rnd(N * hv), gwh0 = rnd(h * n_in),
+                                         gwd0 = rnd(h * n_in), gbh0 = rnd(h), gbd0 = rnd(h);
+                    std::vector<T> dzu = dzu0, dzv = dzv0, gwh = gwh0, gwd = gwd0, gbh = gbh0, gbd = gbd0, gw(1),
+                                   scratch_x(Backend::reads_items ? 0 : N * n_in);
+                    const biaffine::detail::grads_ref<T> gr{gwh.data(), gbh.data(), gwd.data(), gbd.data(), gw.data()};
                     const std::size_t slot_ld = 2 * n_in + 1;
                     const T sentinel = T(-7.25);
                     std::vector<T> slots_buf(N * slot_ld, sentinel);
@@ -291,7 +295,8 @@ void check_batch_products(const char* name)
                         slots.push_back({slots_buf.data() + X.off[k] * slot_ld, lens[k], n_in,
                                          static_cast<std::ptrdiff_t>(slot_ld), strided ? 2 : 1});
                     }
-                    Backend::input_backward(dims, wr, gr, X.items, X.off.data(), N, dzu.data(), dzv.data(),
+                    const biaffine::detail::relu_ref<T> act{u.data(), v.data(), scale};
+                    Backend::input_backward(dims, wr, gr, X.items, X.off.data(), N, act, dzu.data(), dzv.data(),
                                             scratch_x.data(), packed.data(),
                                             biaffine::span<const biaffine::seq_view<T>>(slots.data(), slots.size()));
                     std::vector<T> dx(N * n_in);
@@ -310,16 +315,27 @@ void check_batch_products(const char* name)
                             }
                     CHECK(untouched == outside);
                     std::vector<double> want_gwh(gwh0.begin(), gwh0.end()), want_gwd(gwd0.begin(), gwd0.end()),
-                        want_dx(N * n_in, 0.0);
+                        want_gbh(gbh0.begin(), gbh0.end()), want_gbd(gbd0.begin(), gbd0.end()), want_dx(N * n_in, 0.0);
+                    std::size_t dead = 0;
                     for (std::size_t r = 0; r < N; ++r)
-                        for (std::size_t j = 0; j < h; ++j)
+                        for (std::size_t j = 0; j < h; ++j) {
+                            const double gu = dzu0[r * hu + j], gv = dzv0[r * hv + j];
+                            const double zu = u[r * hu + j] > T(0) ? gu * scale : 0.0;
+                            const double zv = v[r * hv + j] > T(0) ? gv * scale : 0.0;
+                            dead += u[r * hu + j] > T(0) ? 0 : 1;
+                            want_gbh[j] += zu;
+                            want_gbd[j] += zv;
                             for (std::size_t i = 0; i < n_in; ++i) {
                                 const double x = xp[r * n_in + i];
-                                want_gwh[j * n_in + i] += static_cast<double>(dzu[r * hu + j]) * x;
-                                want_gwd[j * n_in + i] += static_cast<double>(dzv[r * hv + j]) * x;
-                                want_dx[r * n_in + i] += static_cast<double>(dzu[r * hu + j]) * wh[j * n_in + i] +
-                                                         static_cast<double>(dzv[r * hv + j]) * wd[j * n_in + i];
+                                want_gwh[j * n_in + i] += zu * x;
+                                want_gwd[j * n_in + i] += zv * x;
+                                want_dx[r * n_in + i] += zu * wh[j * n_in + i] + zv * wd[j * n_in + i];
                             }
+                        }
+                    REQUIRE(dead > 0);
+                    REQUIRE(dead < N * h);
+                    CHECK(close(gbh, want_gbh) < tol);
+                    CHECK(close(gbd, want_gbd) < tol);
                     CHECK(close(gwh, want_gwh) < tol);
                     CHECK(close(gwd, want_gwd) < tol);
                     CHECK(close(dx, want_dx) < tol);

@@ -198,7 +198,8 @@
 #endif
 /// Rows of X^T dZ (and Ua^T dT) summed per kernel call in the weight
 /// gradients: keeps a [96, chunk] block of X^T in L2 and the dZ panel in L1
-/// (AVX2 EPYC).
+/// (AVX2 EPYC). The input backward takes the relu backward, dW and dX a
+/// chunk of this many rows at a time.
 #ifndef BIAFFINE_AVX2_DW_CHUNK
 #define BIAFFINE_AVX2_DW_CHUNK 256
 #endif

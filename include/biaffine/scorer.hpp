@@ -557,7 +557,7 @@ private:
 
     // detail/scorer_cost.hpp
     std::size_t packed_elements(std::size_t max_len) const noexcept;
-    std::size_t train_packed_elements(std::size_t max_len) const noexcept;
+    std::size_t train_packed_elements(std::size_t max_len, std::size_t rows) const noexcept;
 
     // detail/scorer_padded.hpp
     typename score_array<T>::shape_type padded_shape(std::size_t b, std::size_t L) const;

@@ -25,8 +25,9 @@ batch_cost biaffine_scorer<T>::cost(std::size_t count, std::size_t max_len, mode
     c.outputs =
         detail::checked_product("batch cost", checked_mul(max_len, max_len, "batch cost"), o, count, sizeof(T));
     const std::uint64_t xp = scratch_bytes<T>(checked_mul(rows, cfg_.n_in, "batch cost"));
-    // Inference gathers X only where the backend cannot read the splits in place.
-    const std::uint64_t eval_input = detail::compute_backend<T>::reads_items ? 0 : xp;
+    // X is gathered (inference and both training passes) only where the
+    // backend cannot read the splits in place.
+    const std::uint64_t input = detail::compute_backend<T>::reads_items ? 0 : xp;
     const std::uint64_t u = scratch_bytes<T>(checked_mul(rows, hu(), "batch cost"));
     const std::uint64_t v = scratch_bytes<T>(checked_mul(rows, hv(), "batch cost"));
     const std::uint64_t t = scratch_bytes<T>(detail::checked_product("batch cost", rows, o, hv()));
@@ -42,14 +43,15 @@ batch_cost biaffine_scorer<T>::cost(std::size_t count, std::size_t max_len, mode
         // The backend's packed block beside X (when gathered), U, V, T.
         const std::uint64_t packed = scratch_bytes<T>(packed_elements(max_len));
         const std::uint64_t uv_t = checked_add(checked_add(u, v, "batch cost"), eval_t, "batch cost");
-        c.scratch = checked_add(checked_add(checked_add(offsets, eval_input, "batch cost"),
+        c.scratch = checked_add(checked_add(checked_add(offsets, input, "batch cost"),
                                             checked_add(one, packed, "batch cost"), "batch cost"),
                                 uv_t, "batch cost");
         return c;
     }
     // Train: the split views and offsets stay for backward, and unless
     // recomputing, U, V, T and the softmax outputs too. Backward carves dT,
-    // dV, dU, one split's dS (softmax), X and the backend's packed block (and
+    // dV, dU, one split's dS (softmax), X (gathered, unless the backend
+    // reads the splits in place) and the backend's packed block (and
     // when recomputing U, V, T and one split's scores again). The forward
     // carves X (unless the backend reads the splits in place) and a packed
     // block no larger (train_packed_elements bounds
@@ -59,9 +61,10 @@ batch_cost biaffine_scorer<T>::cost(std::size_t count, std::size_t max_len, mode
     const bool softmax = softmax_in(m);
     const std::uint64_t one_ds = softmax ? one : 0;
     const std::uint64_t views = checked_mul(count, sizeof(seq_view<const T>) + sizeof(std::size_t), "batch cost");
-    const std::uint64_t packed = scratch_bytes<T>(train_packed_elements(max_len));
+    const std::uint64_t packed =
+        scratch_bytes<T>(train_packed_elements(max_len, detail::to_index_size(rows, "batch cost")));
     const std::uint64_t backward =
-        checked_add(checked_add(checked_add(uvt, one_ds, "batch cost"), checked_add(xp, offsets, "batch cost"),
+        checked_add(checked_add(checked_add(uvt, one_ds, "batch cost"), checked_add(input, offsets, "batch cost"),
                                 "batch cost"),
                     packed, "batch cost");
     if (cfg_.recompute_in_backward) {
@@ -91,16 +94,17 @@ batch_cost biaffine_scorer<T>::padded_cost(std::size_t count, std::size_t max_le
 }
 
 // Elements of the packed block the backend carves for splits of up to
-// max_len tokens, inference and training (0 for Eigen).
+// max_len tokens (and in training a batch of up to `rows` rows), inference
+// and training (0 for Eigen).
 template <class T>
 std::size_t biaffine_scorer<T>::packed_elements(std::size_t max_len) const noexcept
 {
     return detail::compute_backend<T>::packed_elements(dims(), max_len);
 }
 template <class T>
-std::size_t biaffine_scorer<T>::train_packed_elements(std::size_t max_len) const noexcept
+std::size_t biaffine_scorer<T>::train_packed_elements(std::size_t max_len, std::size_t rows) const noexcept
 {
-    return detail::compute_backend<T>::train_packed_elements(dims(), max_len);
+    return detail::compute_backend<T>::train_packed_elements(dims(), max_len, rows);
 }
 
 }  // namespace biaffine

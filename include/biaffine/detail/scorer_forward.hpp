@@ -327,7 +327,7 @@ void biaffine_scorer<T>::backward(const saved_batch& sb, span<const score_view<c
     // Recomputed activations (recompute_in_backward) live in scratch.
     activations<const saved_batch> act(*this, sb);
     scratch<T> y_tmp(keep || !sb.softmax ? 0 : n_s);
-    scratch<T> packed(train_packed_elements(max_n));
+    scratch<T> packed(train_packed_elements(max_n, N));
     act.recompute(*this, sb, packed.data());
     const T *u = act.u, *v = act.v, *t = act.t;
     scratch<T> dt(n_t);
@@ -369,14 +369,14 @@ void biaffine_scorer<T>::backward_projections(const saved_batch& sb, const T* u,
     const std::size_t count = sb.views.size(), N = sb.off[count], n_in = cfg_.n_in;
     if (N == 0) return;
     const std::size_t* off = sb.off.data();
-    scratch<T> xp(detail::packed_count<T>("packed input", N, n_in));
+    // The input backward gathers X into xp where the backend cannot read the splits in place.
+    scratch<T> xp(backend::reads_items ? 0 : detail::packed_count<T>("packed input", N, n_in));
     backend::bilinear_left_backward(dims(), w_.data(), u, N, dt, du, dw_.data(), packed);
-    // Through relu and dropout: a unit passed gradient iff it came out
-    // positive, scaled like the kept units.
+    // Through relu and dropout (a unit passed gradient iff it came out
+    // positive, scaled like the kept units), then the projections.
     const T scale = sb.drop ? static_cast<T>(1.0 / (1.0 - cfg_.dropout)) : T(1);
-    backend::relu_backward(dims(), u, hu(), N, scale, du, dbh_.data());
-    backend::relu_backward(dims(), v, hv(), N, scale, dv, dbd_.data());
-    backend::input_backward(dims(), weights(), grads(), sb.views, off, N, du, dv, xp.data(), packed, dX);
+    const detail::relu_ref<T> a{u, v, scale};
+    backend::input_backward(dims(), weights(), grads(), sb.views, off, N, a, du, dv, xp.data(), packed, dX);
 }
 
 // Offsets, views, mode flags and the dropout seed of one training forward

@@ -170,8 +170,9 @@ batch_cost biaffine_scorer<T>::heads_cost(std::size_t count, std::size_t max_len
     batch_cost c;
     c.outputs = detail::checked_product(what, rows, o, sizeof(T));
     const std::uint64_t xp = scratch_bytes<T>(checked_mul(rows, cfg_.n_in, what));
-    // Inference gathers X only where the backend cannot read the splits in place.
-    const std::uint64_t eval_input = detail::compute_backend<T>::reads_items ? 0 : xp;
+    // X is gathered (inference and both training passes) only where the
+    // backend cannot read the splits in place.
+    const std::uint64_t input = detail::compute_backend<T>::reads_items ? 0 : xp;
     const std::uint64_t u = scratch_bytes<T>(checked_mul(rows, hu(), what));
     const std::uint64_t v = scratch_bytes<T>(checked_mul(rows, hv(), what));
     const std::uint64_t t = scratch_bytes<T>(detail::checked_product(what, rows, o, hv()));
@@ -187,13 +188,13 @@ batch_cost biaffine_scorer<T>::heads_cost(std::size_t count, std::size_t max_len
         const std::uint64_t head_rows = scratch_bytes<std::size_t>(rows);
         const std::uint64_t packed = scratch_bytes<T>(packed_elements(0));
         c.scratch =
-            checked_add(checked_add(checked_add(offsets, head_rows, what), checked_add(eval_input, one, what), what),
+            checked_add(checked_add(checked_add(offsets, head_rows, what), checked_add(input, one, what), what),
                         checked_add(packed, uvt, what), what);
         return c;
     }
     // Train: the views, offsets and head rows stay for backward, and unless
     // recomputing U, V, T and the softmax outputs ([rows, o]). Backward
-    // carves dT, dV, dU, one split's dS (softmax), X and the packed block
+    // carves dT, dV, dU, one split's dS (softmax), X (when gathered) and the packed block
     // (and when recomputing U, V, T and one split's labels again); the
     // forward carves no more.
     const bool softmax = softmax_in(m);
@@ -201,9 +202,9 @@ batch_cost biaffine_scorer<T>::heads_cost(std::size_t count, std::size_t max_len
     const std::uint64_t views = checked_add(
         checked_mul(count, sizeof(seq_view<const T>) + sizeof(std::size_t), what),
         checked_mul(rows, sizeof(std::size_t), what), what);
-    const std::uint64_t packed = scratch_bytes<T>(train_packed_elements(0));
+    const std::uint64_t packed = scratch_bytes<T>(train_packed_elements(0, detail::to_index_size(rows, what)));
     const std::uint64_t backward =
-        checked_add(checked_add(uvt, one_ds, what), checked_add(xp, packed, what), what);
+        checked_add(checked_add(uvt, one_ds, what), checked_add(input, packed, what), what);
     if (cfg_.recompute_in_backward) {
         c.saved = views;
         c.scratch = checked_add(backward, checked_add(uvt, one_ds, what), what);
@@ -334,7 +335,7 @@ void biaffine_scorer<T>::backward_heads(const saved_batch& sb, span<const seq_vi
     const std::size_t n_y = detail::packed_count<T>("split labels", detail::max_split_rows(off, count), o);
     activations<const saved_batch> act(*this, sb);
     scratch<T> y_tmp(keep || !sb.softmax ? 0 : n_y);
-    scratch<T> packed(train_packed_elements(0));
+    scratch<T> packed(train_packed_elements(0, N));
     act.recompute(*this, sb, packed.data());
     const T *u = act.u, *v = act.v, *t = act.t;
     scratch<T> dt(n_t);

@@ -17,7 +17,8 @@
 //     split goes to eigen_backend (kernel_score_rows);
 //   - backward: dU = sum_k dT_k W_k^T, dW_k += Ua^T dT_k and the projections'
 //     weight and input gradients through the kernel's accumulating epilogue;
-//     the relu backward is one vectorised select with the bias sums.
+//     the relu backward (a vectorised select with the bias sums), dW and dX
+//     of the projections a chunk of rows at a time, X read in place.
 // Declared only where the compiler targets AVX2 and FMA.
 #pragma once
 
@@ -111,16 +112,25 @@ struct avx2_backend {
         return std::max({projection_elements(d), gemm_packed_size(d.hu(), d.hv()), scores});
     }
 
-    /// The packed block of training: the forward's; for dU = dT W^T one
-    /// label's W^T; for dW += Ua^T dT a chunk of Ua^T and the tail of dT's
-    /// panels; for dW += dZ^T X a chunk of dZ^T and that chunk of X packed;
-    /// for dX = dZu Wh + dZv Wd, Wh and Wd.
-    static std::size_t train_packed_elements(const scorer_dims& d, std::size_t max_len) noexcept
+    /// The packed block of training over a batch of up to `rows` rows: the
+    /// forward's; for dU = dT W^T one label's W^T; for dW += Ua^T dT a chunk
+    /// of Ua^T and the tail of dT's panels; the input backward's
+    /// (input_elements).
+    static std::size_t train_packed_elements(const scorer_dims& d, std::size_t max_len, std::size_t rows) noexcept
     {
-        const std::size_t h = d.hidden, panel = gemm_panel;
+        const std::size_t panel = gemm_panel;
         return std::max({packed_elements(d, max_len), gemm_packed_size(d.hv(), d.hu()),
-                         d.hu() * dw_ld + gemm_packed_size(dw_chunk, d.hv() % panel),
-                         h * dw_ld + gemm_packed_size(dw_chunk, d.n_in), 2 * gemm_packed_size(h, d.n_in)});
+                         d.hu() * dw_ld + gemm_packed_size(dw_chunk, d.hv() % panel), input_elements(d, rows)});
+    }
+    /// The input backward's chunk of a batch of N rows, and its part of
+    /// `packed`: Wh and Wd packed; the chunk's X packed, later its dX; dZ^T
+    /// of one side; dZ of both.
+    static std::size_t input_chunk(std::size_t N) noexcept { return std::min(dw_chunk, N); }
+    static std::size_t input_elements(const scorer_dims& d, std::size_t N) noexcept
+    {
+        const std::size_t h = d.hidden, n_in = d.n_in, chunk = input_chunk(N);
+        return 2 * gemm_packed_size(h, n_in) + gemm_packed_size(chunk, n_in) + h * (chunk + gemm_panel) +
+               2 * chunk * h;
     }
 
     // Both weights packed at once, then U and V by row blocks of X, so each
@@ -141,33 +151,30 @@ struct avx2_backend {
     /// are copied a row block at a time into `packed`.
     static constexpr bool reads_items = true;
     template <class Items>
-    static void project_items(const scorer_dims& d, const weights_ref<T>& w, const Items& X, const std::size_t* off,
+    static void project_items(const scorer_dims& d, const weights_ref<T>& w, const Items& X, const std::size_t* /*off*/,
                               std::size_t N, T* u, T* v, T* packed)
     {
         if (N == 0) return;  // X may be empty: no X[0] then
         const std::size_t n_in = d.n_in;
         T* copies = packed + 2 * gemm_packed_size(n_in, d.hidden);
-        std::size_t k = 0;  // the split of the next row, and the row in it
-        std::size_t i = 0;
-        auto x = read_only(X[0]);
+        auto rows_of = walk_rows([&](std::size_t k) { return read_only(X[k]); });
         project_rows(d, w, N, u, v, packed, [&](std::size_t, std::size_t rn, const T** rows) {
-            for (std::size_t q = 0; q < rn; ++q, ++i) {
-                if (off[k] + i >= off[k + 1]) {
-                    while (off[k] + i >= off[k + 1]) {  // past split k (or an empty one)
-                        ++k;
-                        i = 0;
-                    }
-                    x = read_only(X[k]);
-                }
-                if (x.col_stride == 1) {
-                    rows[q] = x.data + static_cast<std::ptrdiff_t>(i) * x.row_stride;
-                } else {
-                    T* c = copies + q * n_in;
-                    copy_rows(x.rows_view(i, 1), c);
-                    rows[q] = c;
+            for (std::size_t q = 0; q < rn;) {
+                const auto run = rows_of.take(rn - q);
+                for (std::size_t i = 0; i < run.rows; ++i, ++q) {
+                    rows[q] = row_or_copy(run.x, run.first + i, copies + q * n_in);
                 }
             }
         });
+    }
+
+    /// Row i of the split x where its columns are dense, else a copy of it
+    /// in `copy` (x.cols floats).
+    static const T* row_or_copy(const seq_view<const T>& x, std::size_t i, T* copy)
+    {
+        if (x.col_stride == 1) return x.data + static_cast<std::ptrdiff_t>(i) * x.row_stride;
+        copy_rows(x.rows_view(i, 1), copy);
+        return copy;
     }
 
     /// Elements of `packed` the projections use: both weights, and the
@@ -373,109 +380,109 @@ struct avx2_backend {
     }
 
     // The select of eigen_backend::relu_backward, eight lanes at a time: the
-    // compiler does not if-convert it by itself.
+    // compiler does not if-convert it by itself. Row r of dZ goes to
+    // out[r * ldo] (in place when out is dz).
     static void relu_backward(const scorer_dims& d, const T* a, std::size_t width, std::size_t N, T scale, T* dz,
                               T* db)
     {
-        const std::size_t h = d.hidden;
+        relu_backward_to(d.hidden, a, width, N, scale, dz, db, dz, width);
+    }
+    static void relu_backward_to(std::size_t h, const T* a, std::size_t width, std::size_t N, T scale, const T* dz,
+                                 T* db, T* out, std::size_t ldo)
+    {
         const __m256 s = _mm256_set1_ps(scale), zero = _mm256_setzero_ps();
         for (std::size_t r = 0; r < N; ++r) {
             const T* ar = a + r * width;
-            T* dr = dz + r * width;
+            const T* dr = dz + r * width;
+            T* outr = out + r * ldo;
             std::size_t j = 0;
             for (; j + 8 <= h; j += 8) {
                 const __m256 keep = _mm256_cmp_ps(_mm256_loadu_ps(ar + j), zero, _CMP_GT_OQ);
                 const __m256 g = _mm256_and_ps(keep, _mm256_mul_ps(_mm256_loadu_ps(dr + j), s));
-                _mm256_storeu_ps(dr + j, g);
+                _mm256_storeu_ps(outr + j, g);
                 _mm256_storeu_ps(db + j, _mm256_add_ps(_mm256_loadu_ps(db + j), g));
             }
             for (; j < h; ++j) {
                 const T g = ar[j] > T(0) ? dr[j] * scale : T(0);
-                dr[j] = g;
+                outr[j] = g;
                 db[j] += g;
             }
         }
     }
 
-    // dWh += dZu^T X and dWd += dZv^T X over chunks of dw_chunk rows: each
-    // chunk of X packed as the kernel's right side for both products, from
-    // the splits' own rows (a row with a column stride copied into `xp`
-    // first; gathering all of X into `xp` was a copy of N x n_in floats, 2.7%
-    // of the samples of a training step over 100k tokens, AVX-512 Xeon model
-    // 207), each chunk of dZ
-    // transposed into `packed`, so the store into dW is a plain vector
-    // accumulate; then dX = dZu Wh + dZv Wd. (Transposing X instead, twice
-    // as wide as dZ, and storing dW^T element by element ran at 53-58
-    // GFLOP/s against 64-71 for this order: 100k tokens, AVX2 EPYC, one run.
-    // Reading the chunk of X in place, its rows n_in = 256 floats apart fell
-    // into few L1 sets: the product alone ran at 98-101 GFLOP/s against
-    // 120-124 packed, packing included; AVX-512 Xeon, model 207.)
-    // dX goes straight into each split's slot where its columns are dense
-    // (a copy of N x n_in floats less); other slots get it through `xp`.
+    // The relu backward and both projections' backward a chunk of dw_chunk
+    // rows at a time, so dZ, U, V and X pass through memory once:
+    //   dZ = relu'(dA) (relu_backward_to) into `z`, dbh and dbd += its sums;
+    //   dWh += dZu^T X, dWd += dZv^T X: X's chunk packed once for both from
+    //     the splits' own rows, dZ's chunk transposed, so the store into dW
+    //     is a plain vector accumulate;
+    //   dX = dZu Wh + dZv Wd (Wh, Wd packed once) into the block that held
+    //     X's chunk, then out to the splits' slots.
+    // (As three passes over the batch - relu, the weight gradients, dX - dZ
+    // streamed from memory three times and was written once more, and X was
+    // gathered for strided splits. Transposing X instead, twice as wide as
+    // dZ, and storing dW^T element by element ran at 53-58 GFLOP/s against
+    // 64-71 for this order: 100k tokens, AVX2 EPYC. Reading the chunk of X
+    // in place, its rows n_in = 256 floats apart fell into few L1 sets: the
+    // product alone ran at 98-101 GFLOP/s against 120-124 packed, packing
+    // included; AVX-512 Xeon model 207.) dzu and dzv are only read; xp is
+    // null (reads_items).
     template <class Items>
     static void input_backward(const scorer_dims& d, const weights_ref<T>& w, const grads_ref<T>& g, const Items& X,
-                               const std::size_t* off, std::size_t N, const T* dzu, const T* dzv, T* xp, T* packed,
-                               span<const seq_view<T>> dX)
+                               const std::size_t* /*off*/, std::size_t N, const relu_ref<T>& a, T* dzu, T* dzv,
+                               T* /*xp*/, T* packed, span<const seq_view<T>> dX)
     {
-        const std::size_t h = d.hidden, n_in = d.n_in;
-        const auto n_in_s = static_cast<std::ptrdiff_t>(n_in);
-        // Row r of the batch, for r = 0, 1, ... in turn: split k's row i.
-        std::size_t split = 0, i = 0;
-        const auto next_row = [&](std::size_t r) {
-            while (i >= X[split].rows) {  // past this split (or an empty one)
-                ++split;
-                i = 0;
-            }
-            const auto x = read_only(X[split]);
-            const std::ptrdiff_t at = static_cast<std::ptrdiff_t>(i++) * x.row_stride;
-            if (x.col_stride == 1) return x.data + at;
-            T* c = xp + r * n_in;
-            for (std::size_t j = 0; j < n_in; ++j) c[j] = x.data[at + static_cast<std::ptrdiff_t>(j) * x.col_stride];
-            return static_cast<const T*>(c);
-        };
-        // One operand table for both passes: dZ, its row width, its weight and gradient.
+        if (N == 0) return;
+        const std::size_t h = d.hidden, n_in = d.n_in, chunk = input_chunk(N);
+        const auto n_in_s = static_cast<std::ptrdiff_t>(n_in), h_s = static_cast<std::ptrdiff_t>(h);
+        const auto ldt = static_cast<std::ptrdiff_t>(chunk + gemm_panel);  // see dw_ld
+        // One operand table for both sides: activations, dA, row width, weight, gradients, dZ.
         struct side {
+            const T* a;
             const T* dz;
             std::size_t width;
             const T* w;
             T* dw;
+            T* db;
+            T* z;
         };
-        const side sides[2] = {{dzu, d.hu(), w.wh, g.wh}, {dzv, d.hv(), w.wd, g.wd}};
+        const std::size_t wsize = gemm_packed_size(h, n_in);
+        T* const w_packed = packed;                    // Wh, then Wd
+        T* const x_chunk = w_packed + 2 * wsize;       // X's chunk packed, then dX [chunk, n_in]
+        T* const zt = x_chunk + gemm_packed_size(chunk, n_in);  // dZ^T [h, ldt]
+        T* const z = zt + static_cast<std::size_t>(ldt) * h;    // dZu, dZv [chunk, h] each
+        const side sides[2] = {{a.u, dzu, d.hu(), w.wh, g.wh, g.bh, z},
+                               {a.v, dzv, d.hv(), w.wd, g.wd, g.bd, z + chunk * h}};
+        gemm_pack_b(w.wh, n_in_s, 1, h, n_in, w_packed);
+        gemm_pack_b(w.wd, n_in_s, 1, h, n_in, w_packed + wsize);
         gemm_epilogue add;
         add.accumulate = true;
-        T* x_chunk = packed + h * dw_ld;
-        const auto ld = static_cast<std::ptrdiff_t>(dw_ld);
-        for (std::size_t k0 = 0; k0 < N; k0 += dw_chunk) {  // both sides while X's chunk is in cache
-            const std::size_t kc = std::min(dw_chunk, N - k0);
-            gemm_pack_b_rows([&](std::size_t q) { return next_row(k0 + q); }, kc, n_in, x_chunk);
+        auto x_rows = walk_rows([&](std::size_t k) { return read_only(X[k]); });
+        auto dx_rows = walk_rows([&](std::size_t k) { return dX[k]; });
+        for (std::size_t k0 = 0; k0 < N; k0 += chunk) {
+            const std::size_t kc = std::min(chunk, N - k0);
+            for (std::size_t q = 0; q < kc;) {  // X's rows, run by run
+                const auto run = x_rows.take(kc - q);
+                gemm_pack_b_rows(run.x.data + static_cast<std::ptrdiff_t>(run.first) * run.x.row_stride,
+                                 run.x.row_stride, run.x.col_stride, run.rows, n_in, kc, q, x_chunk);
+                q += run.rows;
+            }
             for (const side& sd : sides) {
-                transpose_block(sd.dz + k0 * sd.width, static_cast<std::ptrdiff_t>(sd.width), kc, h, packed, ld);
-                gemm_packed(packed, ld, h, kc, x_chunk, n_in, add, sd.dw, n_in_s);
+                relu_backward_to(h, sd.a + k0 * sd.width, sd.width, kc, a.scale, sd.dz + k0 * sd.width, sd.db, sd.z,
+                                 h);
+                transpose_block(sd.z, h_s, kc, h, zt, ldt);
+                gemm_packed(zt, ldt, h, kc, x_chunk, n_in, add, sd.dw, n_in_s);
             }
-        }
-        // dX by splits (row blocks of at most BIAFFINE_AVX2_ROW_BLOCK), both
-        // weights packed at once, so each block of dX is still in cache when
-        // the second product adds to it.
-        const std::size_t wsize = gemm_packed_size(h, n_in);
-        gemm_pack_b(w.wh, n_in_s, 1, h, n_in, packed);  // W [h, n_in]
-        gemm_pack_b(w.wd, n_in_s, 1, h, n_in, packed + wsize);
-        constexpr std::size_t rows = BIAFFINE_AVX2_ROW_BLOCK;
-        for (std::size_t k = 0; k < dX.size(); ++k) {
-            const seq_view<T>& slot = dX[k];
-            const bool dense = slot.col_stride == 1;
-            T* out = dense ? slot.data : xp + off[k] * n_in;
-            const std::ptrdiff_t ld = dense ? slot.row_stride : n_in_s;
-            const std::size_t n = slot.rows;
-            for (std::size_t r0 = 0; r0 < n; r0 += rows) {
-                const std::size_t rn = std::min(rows, n - r0);
-                for (int which = 0; which < 2; ++which) {
-                    const side& sd = sides[which];
-                    gemm_packed(sd.dz + (off[k] + r0) * sd.width, static_cast<std::ptrdiff_t>(sd.width), rn, h,
-                                packed + (which == 0 ? 0 : wsize), n_in, which == 0 ? gemm_epilogue{} : add,
-                                out + static_cast<std::ptrdiff_t>(r0) * ld, ld);
-                }
+            T* const dx = x_chunk;  // X's chunk is packed no more
+            for (std::size_t which = 0; which < 2; ++which) {
+                gemm_packed(sides[which].z, h_s, kc, h, w_packed + which * wsize, n_in,
+                            which == 0 ? gemm_epilogue{} : add, dx, n_in_s);
             }
-            if (!dense) copy_rows(xp + off[k] * n_in, slot);
+            for (std::size_t q = 0; q < kc;) {
+                const auto run = dx_rows.take(kc - q);
+                copy_rows(dx + q * n_in, run.x.rows_view(run.first, run.rows));
+                q += run.rows;
+            }
         }
     }
 };

@@ -120,22 +120,32 @@ void gemm_pack_b(const T* b, std::ptrdiff_t rs, std::ptrdiff_t cs, std::size_t K
     }
 }
 
-/// gemm_pack_b for B given by rows: element (k, m) at `row(k)[m]` (a
-/// callable returning `const float*`), K x M, so rows that lie apart (the
-/// splits of a batch) are packed without being gathered first. Each row is
+/// Rows k0, ..., k0 + n - 1 of a B of K rows and M columns packed as
+/// gemm_pack_b packs it, from n rows that lie elsewhere: element (k0 + i, m)
+/// at src[i * rs + m * cs] (a run of one split's rows, any strides), so the
+/// splits of a batch are packed without being gathered first. Each row is
 /// read once, front to back.
-template <class Row>
-void gemm_pack_b_rows(Row&& row, std::size_t K, std::size_t M, float* out)
+inline void gemm_pack_b_rows(const float* src, std::ptrdiff_t rs, std::ptrdiff_t cs, std::size_t n, std::size_t M,
+                             std::size_t K, std::size_t k0, float* out)
 {
     const std::size_t full = M / gemm_panel * gemm_panel;
-    for (std::size_t k = 0; k < K; ++k) {
-        const float* src = row(k);
-        float* dst = out + k * gemm_panel;
-        for (std::size_t j0 = 0; j0 < full; j0 += gemm_panel, dst += gemm_panel * K) {
-            _mm256_storeu_ps(dst, _mm256_loadu_ps(src + j0));
-            _mm256_storeu_ps(dst + 8, _mm256_loadu_ps(src + j0 + 8));
+    for (std::size_t i = 0; i < n; ++i, src += rs) {
+        float* dst = out + (k0 + i) * gemm_panel;
+        if (cs == 1) {
+            for (std::size_t j0 = 0; j0 < full; j0 += gemm_panel, dst += gemm_panel * K) {
+                _mm256_storeu_ps(dst, _mm256_loadu_ps(src + j0));
+                _mm256_storeu_ps(dst + 8, _mm256_loadu_ps(src + j0 + 8));
+            }
+        } else {
+            for (std::size_t j0 = 0; j0 < full; j0 += gemm_panel, dst += gemm_panel * K) {
+                for (std::size_t j = 0; j < gemm_panel; ++j) {
+                    dst[j] = src[static_cast<std::ptrdiff_t>(j0 + j) * cs];
+                }
+            }
         }
-        if (full < M) std::fill(std::copy(src + full, src + M, dst), dst + gemm_panel, 0.0f);
+        if (full == M) continue;
+        for (std::size_t j = full; j < M; ++j) dst[j - full] = src[static_cast<std::ptrdiff_t>(j) * cs];
+        std::fill(dst + (M - full), dst + gemm_panel, 0.0f);
     }
 }
 

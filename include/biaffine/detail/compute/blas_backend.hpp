@@ -118,14 +118,15 @@ struct blas_backend : eigen_backend<T> {
         }
     }
 
-    // dWh += dZu^T X, dWd += dZv^T X, then xp = dZu Wh + dZv Wd over X, out
-    // to the slots dX.
+    // dZ through relu, dWh += dZu^T X, dWd += dZv^T X, then xp = dZu Wh +
+    // dZv Wd over X, out to the slots dX.
     template <class Items>
     static void input_backward(const scorer_dims& d, const weights_ref<T>& w, const grads_ref<T>& g, const Items& X,
-                               const std::size_t* off, std::size_t N, const T* dzu, const T* dzv, T* xp, T*,
-                               span<const seq_view<T>> dX)
+                               const std::size_t* off, std::size_t N, const relu_ref<T>& a, T* dzu, T* dzv, T* xp,
+                               T*, span<const seq_view<T>> dX)
     {
         if (N == 0) return;
+        eigen_backend<T>::relu_backward_both(d, g, N, a, dzu, dzv);
         pin_blas_threads();
         const std::size_t h = d.hidden, n_in = d.n_in, hu = d.hu(), hv = d.hv();
         gather_rows(X, off, n_in, xp);

@@ -165,11 +165,13 @@ inline std::size_t t_group_rows(std::size_t group_rows, std::size_t N, std::size
 /// (N = 0, when its buffers may be null): backends need no check for it.
 ///
 ///   packed_elements(d, max_len)        scratch elements the inference path carves for `packed`
-///   train_packed_elements(d, max_len)  the same for training (forward and backward)
+///   train_packed_elements(d, max_len, rows)  the same for training (forward and backward) of a
+///                                      batch of up to `rows` rows
 ///   projections(d, w, xp, N, u, v, packed)
 ///       u [N, hu] = relu(xp Wh^T + bh) | 1,  v [N, hv] = relu(xp Wd^T + bd) | 1
 ///   reads_items                        true: the scorer calls project_items(d, w, X, off, N, u, v,
-///                                      packed) instead, on the splits' own rows (no gathered xp)
+///                                      packed) instead, on the splits' own rows (no gathered xp),
+///                                      and input_backward reads them too (its xp is null)
 ///   bilinear_left(d, w, u, N, t, packed)           t [N, o * hv] = u W'
 ///   score_group_rows(d)                rows of T bilinear_scores computes before scoring their
 ///                                      splits (the largest size_t: the whole batch)
@@ -184,8 +186,10 @@ inline std::size_t t_group_rows(std::size_t group_rows, std::size_t N, std::size
 ///   head_scores_backward(va, t, head_rows, o, dy, dva, dt)   dva overwritten, dt += (packed rows)
 ///   bilinear_left_backward(d, w, u, N, dt, du, dw, packed)   du = dT W'^T, dW += u^T dT
 ///   relu_backward(d, a, width, N, scale, dz, db)   dz through relu (and dropout's scale), db += sums
-///   input_backward(d, w, g, X, off, N, dzu, dzv, xp, packed)
-///       dWh += dZu^T X, dWd += dZv^T X, xp [N, n_in] = dZu Wh + dZv Wd
+///   input_backward(d, w, g, X, off, N, a, dau, dav, xp, packed, dX)
+///       dZu, dZv = dAu, dAv through relu at a (relu_backward; dau, dav may be overwritten),
+///       dbh, dbd += their sums, dWh += dZu^T X, dWd += dZv^T X, dX[k] = split k's rows of
+///       dZu Wh + dZv Wd; xp [N, n_in] is scratch unless reads_items (then null)
 template <class T>
 struct eigen_backend {
     static constexpr const char* name = "eigen";
@@ -195,8 +199,9 @@ struct eigen_backend {
         "(short splits: use_row_dots), else Eigen GEMM";
 
     static std::size_t packed_elements(const scorer_dims&, std::size_t) noexcept { return 0; }
-    static std::size_t train_packed_elements(const scorer_dims&, std::size_t) noexcept { return 0; }
-    /// The projections read a gathered copy of the inputs (Eigen's GEMM needs one matrix).
+    static std::size_t train_packed_elements(const scorer_dims&, std::size_t, std::size_t) noexcept { return 0; }
+    /// The projections and the input backward read a gathered copy of the
+    /// inputs (Eigen's GEMM needs one matrix).
     static constexpr bool reads_items = false;
 
     static void projections(const scorer_dims& d, const weights_ref<T>& w, const T* xp, std::size_t N, T* u, T* v,
@@ -269,11 +274,20 @@ struct eigen_backend {
         }
     }
 
+    /// relu_backward of both sides, in place: the first step of input_backward.
+    static void relu_backward_both(const scorer_dims& d, const grads_ref<T>& g, std::size_t N, const relu_ref<T>& a,
+                                   T* dzu, T* dzv)
+    {
+        relu_backward(d, a.u, d.hu(), N, a.scale, dzu, g.bh);
+        relu_backward(d, a.v, d.hv(), N, a.scale, dzv, g.bd);
+    }
+
     template <class Items>
     static void input_backward(const scorer_dims& d, const weights_ref<T>& w, const grads_ref<T>& g, const Items& X,
-                               const std::size_t* off, std::size_t N, const T* dzu, const T* dzv, T* xp, T*,
-                               span<const seq_view<T>> dX)
+                               const std::size_t* off, std::size_t N, const relu_ref<T>& a, T* dzu, T* dzv, T* xp,
+                               T*, span<const seq_view<T>> dX)
     {
+        relu_backward_both(d, g, N, a, dzu, dzv);
         const auto h = static_cast<Eigen::Index>(d.hidden), n_in = static_cast<Eigen::Index>(d.n_in);
         gather_rows(X, off, d.n_in, xp);
         const auto x = const_row_block(xp, N, d.n_in);

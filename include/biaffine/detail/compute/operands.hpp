@@ -2,7 +2,10 @@
 // backend: the sizes, the parameters, the packed rows of a batch.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <type_traits>
+#include <utility>
 
 #include "biaffine/tensor.hpp"
 
@@ -39,6 +42,53 @@ struct grads_ref {
     T* bd;
     T* w;
 };
+
+/// The activations the relu backward reads: U `[N, hu]` and V `[N, hv]` as
+/// the forward left them (after relu and dropout), and the scale dropout
+/// gave the kept units (1 without dropout).
+template <class T>
+struct relu_ref {
+    const T* u;
+    const T* v;
+    T scale;
+};
+
+/// Walks the rows of a batch's splits in order (split 0's rows, then split
+/// 1's, ...; empty splits skipped): take(m) gives the next run of up to m
+/// rows of one split. `get(k)` returns split k's view (a seq_view); taking
+/// past the batch's last row is the caller's error.
+template <class Get>
+class split_rows {
+public:
+    using view = std::decay_t<decltype(std::declval<const Get&>()(std::size_t{0}))>;
+    /// Rows [first, first + rows) of the split `x`.
+    struct run {
+        view x;
+        std::size_t first;
+        std::size_t rows;
+    };
+    explicit split_rows(Get get) : get_(std::move(get)) {}
+    run take(std::size_t most)
+    {
+        while (i_ >= x_.rows) {  // past this split (or an empty one)
+            x_ = get_(k_++);
+            i_ = 0;
+        }
+        const run r{x_, i_, std::min(most, x_.rows - i_)};
+        i_ += r.rows;
+        return r;
+    }
+
+private:
+    Get get_;
+    view x_{};
+    std::size_t k_ = 0, i_ = 0;
+};
+template <class Get>
+split_rows<Get> walk_rows(Get get)
+{
+    return split_rows<Get>(std::move(get));
+}
 
 /// Copies the splits `X[k]` (any strides) into the packed rows `xp [N,
 /// n_in]`, split k from row off[k].
