@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <random>
 #include <set>
 #include <vector>
@@ -718,6 +719,17 @@ public:
     std::vector<const T*> written;  // first element of every slot written
 };
 
+// Frees n elements of garbage (7.0) just before a backprop, which the block
+// cache (large blocks) or the heap (likely) hands out again for its dX.
+template <class T>
+void free_garbage(std::size_t n)
+{
+    tracking_allocator<T> a;
+    T* junk = a.allocate(n);
+    std::fill_n(junk, n, T(7));
+    a.deallocate(junk, n);
+}
+
 }  // namespace
 
 TEST_CASE("with_splits: rows of dX no split's gradient wrote are zero, large documents included", "[with_splits][mock]")
@@ -740,15 +752,7 @@ TEST_CASE("with_splits: rows of dX no split's gradient wrote are zero, large doc
     auto pipe = with_splits(with_minibatch_by_padded_size(inner, budget::items(4096)));
     auto fw = pipe.forward(docs, lengths, mode::train);
     const auto views = decltype(pipe)::grad_views(fw.first);
-    for (std::size_t d : {0, 1}) {
-        // Freed garbage of each dX's size just before backprop, which the
-        // block cache (large) or the heap (likely) hands out again for it.
-        tracking_allocator<double> a;
-        const std::size_t n = rows[d] * n_in;
-        double* junk = a.allocate(n);
-        std::fill_n(junk, n, 7.0);
-        a.deallocate(junk, n);
-    }
+    for (std::size_t d : {0, 1}) free_garbage<double>(rows[d] * n_in);
     const auto dX = fw.second(span<const score_view<const double>>(views.data(), views.size()));
     REQUIRE(dX.size() == 2);
     const std::set<const double*> written(inner.written.begin(), inner.written.end());
@@ -766,4 +770,93 @@ TEST_CASE("with_splits: rows of dX no split's gradient wrote are zero, large doc
     CHECK(wrong == 0);
     CHECK(ones == written.size());
     CHECK(zeros > 0);
+}
+
+namespace {
+
+template <class T>
+void check_every_slot_written(double tol)
+{
+    scorer_config cfg;
+    cfg.n_in = 64;
+    cfg.hidden = 8;
+    cfg.dropout = 0.0;  // two training forwards below must agree
+    biaffine_scorer<T> s(cfg);
+    INFO((sizeof(T) == 4 ? "float" : "double"));
+    auto batcher = with_minibatch_by_padded_size(s, budget::items(4096));
+    auto padder = with_pad_seq_unpad_matrix(s);
+    half_grad_layer<T> half(cfg.n_in, 1);
+    auto half_batcher = with_minibatch_by_padded_size(half, budget::items(4096));
+    static_assert(detail::writes_every_slot<biaffine_scorer<T>>::value);
+    static_assert(detail::writes_every_slot<decltype(batcher)>::value);
+    static_assert(detail::writes_every_slot<decltype(padder)>::value);
+    static_assert(!detail::writes_every_slot<half_grad_layer<T>>::value);
+    static_assert(!detail::writes_every_slot<decltype(half_batcher)>::value);
+
+    // One document whose dX is a large block (from the block cache) and a
+    // small one, in splits of 1-40 tokens; freed garbage of each dX's size
+    // just before backprop. Every element must come from the scorer: equal
+    // to the split-list call, whose slots start as NaN.
+    const std::size_t n_in = cfg.n_in;
+    const std::size_t big_rows =
+        (static_cast<std::size_t>(BIAFFINE_HUGE_PAGE_MIN_BYTES) + n_in * sizeof(T) - 1) / (n_in * sizeof(T));
+    const std::size_t rows[2] = {big_rows + 17, 301};
+    std::mt19937 rng(5);
+    std::vector<xt::xtensor<T, 2>> docs;
+    std::vector<std::vector<int>> lengths;
+    std::vector<seq_view<const T>> views;
+    std::vector<std::pair<std::size_t, std::size_t>> at;  // (document, first row) of each split
+    for (std::size_t d = 0; d < 2; ++d) {
+        docs.push_back(xt::xtensor<T, 2>::from_shape({rows[d], n_in}));
+        for (T& x : docs.back()) x = static_cast<T>(std::uniform_real_distribution<double>(-1.0, 1.0)(rng));
+        lengths.emplace_back();
+        for (std::size_t r = 0; r < rows[d];) {
+            const std::size_t n =
+                std::min<std::size_t>(rows[d] - r, std::uniform_int_distribution<std::size_t>(1, 40)(rng));
+            lengths.back().push_back(static_cast<int>(n));
+            views.push_back(as_const_view(docs[d]).rows_view(r, n));
+            at.emplace_back(d, r);
+            r += n;
+        }
+    }
+    auto pipe = with_splits(batcher);
+    auto fw = pipe.forward(docs, lengths, mode::train);
+    const auto dY = decltype(pipe)::grad_views(fw.first);
+    for (std::size_t d : {0, 1}) free_garbage<T>(rows[d] * n_in);
+    const auto dX = fw.second(span<const score_view<const T>>(dY.data(), dY.size()));
+    REQUIRE(dX.size() == 2);
+
+    auto [Yu, bpu] = s.forward(views, mode::train);
+    REQUIRE(Yu.size() == views.size());
+    std::vector<xt::xtensor<T, 2>> dXu;
+    for (std::size_t d = 0; d < 2; ++d) {
+        dXu.push_back(xt::xtensor<T, 2>::from_shape({rows[d], n_in}));
+        std::fill(dXu.back().begin(), dXu.back().end(), std::numeric_limits<T>::quiet_NaN());
+    }
+    std::vector<seq_view<T>> slots;
+    for (std::size_t k = 0; k < views.size(); ++k) {
+        slots.push_back(as_view(dXu[at[k].first]).rows_view(at[k].second, views[k].rows));
+    }
+    bpu(span<const score_view<const T>>(dY.data(), dY.size()),
+        span<const seq_view<T>>(slots.data(), slots.size()));
+    std::size_t unwritten = 0, wrong = 0;
+    for (std::size_t d = 0; d < 2; ++d) {
+        REQUIRE(dX[d].shape()[0] == rows[d]);
+        for (std::size_t i = 0; i < dX[d].size(); ++i) {
+            const double u = dXu[d].data()[i], b = dX[d].data()[i];
+            unwritten += std::isnan(u) ? 1 : 0;
+            wrong += std::abs(b - u) <= tol * (1.0 + std::abs(u)) ? 0 : 1;
+        }
+    }
+    CHECK(unwritten == 0);
+    CHECK(wrong == 0);
+}
+
+}  // namespace
+
+TEST_CASE("with_splits: no zero-fill over layers that write every slot, and the scorer writes every element",
+          "[with_splits]")
+{
+    check_every_slot_written<double>(1e-12);
+    check_every_slot_written<float>(1e-5);
 }

@@ -51,6 +51,16 @@ using split_heads_backprop = backprop_fn<void(span<const seq_view<const T>>, spa
 
 namespace detail {
 
+/// Whether L's split backprop writes every element of every input-gradient
+/// slot it is given (L declares `static constexpr bool writes_every_slot =
+/// true`). with_splits zero-fills the documents' dX only for layers that do
+/// not: the protocol lets a backprop leave slots alone, and their rows then
+/// read as zero.
+template <class L, class = void>
+struct writes_every_slot : std::false_type {};
+template <class L>
+struct writes_every_slot<L, std::enable_if_t<std::remove_reference_t<L>::writes_every_slot>> : std::true_type {};
+
 // Detection of one member each, so that a missing one is named in the
 // static_assert message rather than in a page of template errors.
 template <class L, class = void>

@@ -135,6 +135,9 @@ public:
     using heads_backprop_type = split_heads_backprop<T>;
     /// Callback of forward_padded(): dy `[b, L, L(, o)]` in, dx `[b, L, n_in]` out.
     using padded_backprop_type = backprop_fn<tensor<T, 3>(const score_array<T>&)>;
+    /// Both split backprops write every element of every dX slot (see
+    /// detail::writes_every_slot).
+    static constexpr bool writes_every_slot = true;
 
     /// Allocates and initialises the parameters from `cfg.seed`: Xavier-uniform
     /// for the bilinear weight, the usual Linear init (U(+-1/sqrt(n_in))) for

@@ -97,6 +97,8 @@ public:
     using typename base::value_type;
     using T = value_type;
     using backprop_type = split_backprop<T>;
+    /// Each split goes to one batch: every dX slot is written where the inner layer writes every one.
+    static constexpr bool writes_every_slot = detail::writes_every_slot<Inner>::value;
 
     /// Wraps `inner` (held by reference when an lvalue); throws budget_error
     /// for a zero budget or buffer, or a byte budget that cannot cover the

