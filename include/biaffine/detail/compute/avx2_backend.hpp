@@ -363,9 +363,13 @@ struct avx2_backend {
         const auto hu_s = static_cast<std::ptrdiff_t>(hu), hv_s = static_cast<std::ptrdiff_t>(hv);
         gemm_epilogue add;
         add.accumulate = true;
+        // dU's first h columns only: its bias column (the gradient of U's
+        // ones) is never read, and with h = 128 it took a 16-column panel of
+        // its own, a ninth of the product.
+        const std::size_t h = d.hidden;
         for (std::size_t k = 0; k < o; ++k) {
-            gemm_pack_b(w + k * hu * hv, 1, hv_s, hv, hu, packed);  // (j, i) = W_k[i, j]
-            gemm_packed(dt + k * hv, ldt, N, hv, packed, hu, k == 0 ? gemm_epilogue{} : add, du, hu_s);
+            gemm_pack_b(w + k * hu * hv, 1, hv_s, hv, h, packed);  // (j, i) = W_k[i, j]
+            gemm_packed(dt + k * hv, ldt, N, hv, packed, h, k == 0 ? gemm_epilogue{} : add, du, hu_s);
         }
         T* tail = packed + hu * dw_ld;
         const auto ld = static_cast<std::ptrdiff_t>(dw_ld);

@@ -184,7 +184,8 @@ inline std::size_t t_group_rows(std::size_t group_rows, std::size_t N, std::size
 ///   split_scores_backward(va, t_rows, o, ds, dva, dt_rows)
 ///   head_scores(va, t, head_rows, o, y)             one split's y [n, o] at given heads
 ///   head_scores_backward(va, t, head_rows, o, dy, dva, dt)   dva overwritten, dt += (packed rows)
-///   bilinear_left_backward(d, w, u, N, dt, du, dw, packed)   du = dT W'^T, dW += u^T dT
+///   bilinear_left_backward(d, w, u, N, dt, du, dw, packed)   du = dT W'^T, dW += u^T dT; du's bias
+///                                      column (U's ones) may be left unwritten: nothing reads it
 ///   relu_backward(d, a, width, N, scale, dz, db)   dz through relu (and dropout's scale), db += sums
 ///   input_backward(d, w, g, X, off, N, a, dau, dav, xp, packed, dX)
 ///       dZu, dZv = dAu, dAv through relu at a (relu_backward; dau, dav may be overwritten),
