@@ -1095,12 +1095,19 @@ int main(int argc, char** argv)
             head << ".";
             const std::string better = better_openblas_core(core);
             if (!better.empty()) {
-                head << "\n\n**WARNING: OpenBLAS runs " << core << " kernels on a " << bb::cpu_isa()
-                     << " CPU: every libtorch figure below is on the wrong kernels and the ratios overstate ours. "
+                // Say why no re-run happened: a core the environment forces
+                // (some machines export OPENBLAS_CORETYPE=Haswell) is kept.
+                const char* forced = was == nullptr ? std::getenv("OPENBLAS_CORETYPE") : nullptr;
+                const std::string why = forced != nullptr ? std::string(" (OPENBLAS_CORETYPE=") + forced +
+                                                                " is set in the environment, so it was kept)"
+                                                          : std::string();
+                head << "\n\n**WARNING: OpenBLAS runs " << core << " kernels on a " << bb::cpu_isa() << " CPU" << why
+                     << ": every libtorch figure below is on the wrong kernels and the ratios overstate ours. "
                         "Run without --keep-blas-core and without OPENBLAS_CORETYPE, or with OPENBLAS_CORETYPE="
                      << better << ".**";
                 std::cerr << "bench_vs_reference: WARNING: OpenBLAS runs " << core << " kernels on a "
-                          << bb::cpu_isa() << " CPU (OPENBLAS_CORETYPE=" << better << " would fix it)\n";
+                          << bb::cpu_isa() << " CPU" << why << " (OPENBLAS_CORETYPE=" << better
+                          << " would fix it)\n";
             }
         }
         head << "\n\n";

@@ -1,7 +1,7 @@
 // Tests of biaffine/detail/compute/avx2_kernel.hpp: the packed right side and
 // the blocked transpose against element loops, the fused GEMM + bias + relu
-// against a double-precision loop (every row
-// remainder of the 6-row block, partial panels, strides, K down to 1), and the
+// against a double-precision loop (every height of the 6- and 12-row blocks,
+// partial panels, strides, K down to 1), and the
 // in-place right side, the transposed store and the accumulating epilogue
 // against it. The kernel exists only where the compiler targets AVX2 and FMA;
 // elsewhere this test reports itself skipped (ctest SKIP_REGULAR_EXPRESSION).
@@ -91,11 +91,16 @@ TEST_CASE("transpose_block equals an element loop at every tile remainder and st
 TEST_CASE("gemm_bias_relu equals a double-precision loop", "[gemm_kernel]")
 {
     std::mt19937 gen(11);
-    for (std::size_t N : {1u, 2u, 5u, 6u, 7u, 11u, 12u, 13u, 19u, 97u, 200u}) {
+    // Every height of the 6-row blocks and of the up-to-12-row blocks an
+    // unpaired panel takes with the 6 x 32 body (N = 3, 4, 8, 10; 13, 19,
+    // 25: two or three blocks of unequal heights; 97, 200: past a row block).
+    for (std::size_t N : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 10u, 11u, 12u, 13u, 19u, 25u, 97u, 200u}) {
         for (std::size_t K : {1u, 3u, 129u, 256u}) {
-            // 17, 31, 32, 33, 47: a second panel partly or wholly full
-            // (the 6 x 32 body pairs panels), then one panel left alone.
-            for (std::size_t M : {1u, 15u, 16u, 17u, 31u, 32u, 33u, 47u, 129u}) {
+            // 17, 31, 32, 33, 40, 41, 47: a second panel partly or wholly
+            // full (the 6 x 32 body pairs panels), then one panel left
+            // alone, with at most 8 columns in use (its 256-bit form: 1, 33,
+            // 40, 129) or more (15, 16, 41, 47).
+            for (std::size_t M : {1u, 15u, 16u, 17u, 31u, 32u, 33u, 40u, 41u, 47u, 129u}) {
                 for (int variant = 0; variant < 4; ++variant) {
                     const bool relu = (variant & 1) != 0;
                     const bool with_bias = (variant & 2) != 0;
@@ -178,7 +183,7 @@ TEST_CASE("gemm_bias_relu keeps NaN through the relu, as std::max(y, 0) and Eige
 TEST_CASE("gemm epilogue: accumulate adds to the destination, plain and transposed", "[gemm_kernel]")
 {
     std::mt19937 gen(23);
-    for (std::size_t N : {1u, 5u, 6u, 13u, 100u}) {
+    for (std::size_t N : {1u, 5u, 6u, 13u, 25u, 100u}) {
         for (std::size_t K : {1u, 7u, 130u}) {
             for (std::size_t M : {3u, 16u, 33u}) {
                 for (int variant = 0; variant < 4; ++variant) {

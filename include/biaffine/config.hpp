@@ -213,8 +213,17 @@
 #ifndef BIAFFINE_AVX2_SCORES_MANY_LABELS
 #define BIAFFINE_AVX2_SCORES_MANY_LABELS 4
 #endif
+/// With the 6 x 32 body (BIAFFINE_AVX2_KERNEL_ZMM 2 on AVX-512 targets)
+/// the many-label fill is 60: there, at 50 labels, n = 20 / 22 (63 / 69%
+/// of two panels) ran at 137 / 151 GFLOP/s against Eigen's 133 / 130, n = 17
+/// (53%) at 118 against 128 (AMD EPYC Zen 5, family 26, best of 7 rounds,
+/// T hot). Elsewhere 70.
 #ifndef BIAFFINE_AVX2_SCORES_FILL_MANY
+#if BIAFFINE_AVX2_KERNEL_ZMM >= 2 && defined(__AVX512F__)
+#define BIAFFINE_AVX2_SCORES_FILL_MANY 60
+#else
 #define BIAFFINE_AVX2_SCORES_FILL_MANY 70
+#endif
 #endif
 #ifndef BIAFFINE_AVX2_SCORES_MIN_N
 #define BIAFFINE_AVX2_SCORES_MIN_N 32
@@ -242,18 +251,18 @@
 #endif
 #endif
 /// 1: with many labels the kernel takes a split whose 16-column panels are
-/// an odd number (above one). The 6 x 32 body pairs panels and runs a last
-/// unpaired one on six accumulators, below the FMA latency's need: there at
-/// 50 labels the kernel ran n = 34 / 36 / 40 / 44 / 100 at 0.86 / 0.78 /
-/// 0.84 / 0.91 / 0.81 of Eigen's speed, and n = 26 / 28 / 32 / 64 (even
-/// counts) at 1.13 / 1.14 / 1.15 / 1.14 (median of 15 interleaved rounds,
-/// AVX-512 Xeon model 207). Default 0 with that body, else 1.
+/// an odd number (above one). The 6 x 32 body pairs panels; a last unpaired
+/// one once ran on six accumulators, below the FMA latency's need, and at
+/// 50 labels the kernel then ran n = 34 / 36 / 40 / 44 / 100 at 0.78-0.91
+/// of Eigen's speed (AVX-512 Xeon model 207), so this was 0 there. The
+/// unpaired panel now takes blocks of up to 12 rows (12 chains, as the
+/// pair), in 256-bit registers when at most 8 of its columns are used: at 50
+/// labels n = 36 / 40 / 48 / 80 / 100 ran at 156 / 172 / 190 / 204 / 179
+/// GFLOP/s against Eigen's 153 / 156 / 149 / 173 / 161, and a 20k-token
+/// document's splits, T hot, in 0.0502 s against 0.0526 with 0 (best of 9,
+/// AMD EPYC Zen 5, family 26). Not re-measured on the Xeon.
 #ifndef BIAFFINE_AVX2_SCORES_ODD_PANELS
-#if BIAFFINE_AVX2_KERNEL_ZMM >= 2 && defined(__AVX512F__)
-#define BIAFFINE_AVX2_SCORES_ODD_PANELS 0
-#else
 #define BIAFFINE_AVX2_SCORES_ODD_PANELS 1
-#endif
 #endif
 /// Inference and the training forward compute T = U W' for a group of
 /// consecutive splits at a time, then score those splits while their rows of
@@ -275,19 +284,25 @@
 #define BIAFFINE_AVX2_LAST_COLUMN_PANEL_LABELS 8
 #endif
 /// The default is 512 KiB (the L2 of a Zen 3 core) where the target lacks
-/// AVX-512 and 1 MiB where it has it: every AVX-512 CPU so far has at least
-/// 1 MiB of L2 per core, and each group reads all of W (3.3 MB at 50
-/// labels, h = 128) from L3, so twice the rows per group halve that
-/// traffic. On an AVX-512 Xeon (2 MiB of L2), 20k tokens with 50 labels
-/// reached 60-65% of the roofline (median 62.5) with 512 KiB, 65-70%
-/// (median 68) with 1 MiB and 62-77% (median 67.5) with 1.5 MiB; 100k
-/// tokens with one label 75-89 / 73-87 / 68-83% (medians 79 / 80 / 80;
-/// eight and six alternated rounds, `bench_vs_reference --impls
-/// ours,blas_gemm`). Groups of 9-80 rows at 50 labels were within the noise
-/// on the AVX2 EPYC (above).
+/// AVX-512 and 2 MiB where it has it: each group reads all of W (3.3 MB at
+/// 50 labels, h = 128) from L3, so more rows per group mean less of that
+/// traffic, and a group ends at a split's end, so at 50 labels a 1 MiB
+/// group (at most 39 rows) often held one split of about 20 rows. On an
+/// AVX-512 Xeon (2 MiB of L2), 20k tokens with 50 labels reached 60-65% of
+/// the roofline (median 62.5) with 512 KiB, 65-70% (median 68) with 1 MiB
+/// and 62-77% (median 67.5) with 1.5 MiB; 100k tokens with one label 75-89
+/// / 73-87 / 68-83% (medians 79 / 80 / 80; eight and six alternated rounds,
+/// `bench_vs_reference --impls ours,blas_gemm`). On an AMD EPYC Zen 5
+/// (family 26, 1 MiB of L2, 32 MiB of L3) 20k tokens with 50 labels took
+/// 0.219-0.233 s with 2 MiB against 0.226-0.241 with 1 MiB (seven
+/// alternated rounds, medians of 7) and 0.222-0.242 with 4 MiB; U W' alone
+/// over 20k rows ran at 211-217 GFLOP/s in groups of 39 rows, 224-230 in
+/// groups of 78. One label and training were within the noise of 1 MiB
+/// there. Groups of 9-80 rows at 50 labels were within the noise on the
+/// AVX2 EPYC (above).
 #ifndef BIAFFINE_AVX2_SCORE_GROUP_BYTES
 #if defined(__AVX512F__)
-#define BIAFFINE_AVX2_SCORE_GROUP_BYTES (1024 * 1024)
+#define BIAFFINE_AVX2_SCORE_GROUP_BYTES (2 * 1024 * 1024)
 #else
 #define BIAFFINE_AVX2_SCORE_GROUP_BYTES (512 * 1024)
 #endif

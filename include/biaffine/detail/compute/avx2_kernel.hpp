@@ -8,7 +8,8 @@
 // kernel reads X rows in place, packs only the small right side, and adds
 // the bias and clamps in registers before the one store. With AVX2 + FMA it
 // runs a 6 x 16 register block (12 accumulators), on AVX-512 targets a 6 x
-// 32 block of 512-bit registers (12 accumulators, BIAFFINE_AVX2_KERNEL_ZMM).
+// 32 block of 512-bit registers (12 accumulators, BIAFFINE_AVX2_KERNEL_ZMM),
+// and a panel left without a partner as a block of up to 12 rows x 16.
 // Declared only where the
 // compiler targets AVX2 and FMA; whether the scorer uses it is decided in
 // backend.hpp.
@@ -241,33 +242,40 @@ inline void gemm_store_block(int R, const __m256 (&acc)[6][2], const gemm_epilog
 // epilogue: g++ 12's 256-bit extract intrinsics trip its bug 105593, an
 // undefined merge operand, under -Werror; so do _mm512_max_ps and the other
 // unmasked forms that pass one, hence the masked max below.)
-inline void store_zmm_rows(int R, const __m512 (&rows)[6], const gemm_epilogue& ep, float* c, std::ptrdiff_t ldc,
-                           std::size_t cols)
+template <int R>
+[[gnu::always_inline]] inline void store_zmm_rows(const __m512* rows, const gemm_epilogue& ep, float* c,
+                                                  std::ptrdiff_t ldc, std::size_t cols)
 {
     const auto lanes = static_cast<__mmask16>(cols >= gemm_panel ? 0xffffu : (1u << cols) - 1u);
     const __m512 zero = _mm512_setzero_ps();
     const __m512 bias = ep.bias != nullptr ? _mm512_maskz_loadu_ps(lanes, ep.bias) : zero;
     const std::ptrdiff_t col_step = ep.col_step(ldc), row_step = ep.row_step(ldc);
-    for (int r = 0; r < R; ++r) {
+    if (col_step == 1) {
+        // Rows of C, unrolled over the block's height so that its rows stay
+        // in registers: the loop over a run-time count kept them on the
+        // stack, and U W' (K = 129) ran 6-7% slower (AMD EPYC Zen 5).
+#pragma GCC unroll 12
+        for (int r = 0; r < R; ++r) {
+            __m512 y = _mm512_add_ps(rows[r], bias);
+            float* row = c + r * row_step;
+            if (ep.accumulate) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(lanes, row));
+            // maxps returns its second operand on NaN: keep NaN, as std::max(y, 0) and Eigen do
+            if (ep.relu) y = _mm512_mask_max_ps(y, 0xffff, zero, y);
+            _mm512_mask_storeu_ps(row, lanes, y);
+        }
+        return;
+    }
+    for (int r = 0; r < R; ++r) {  // a column of C, or strided: element by element through `tmp`
         __m512 y = _mm512_add_ps(rows[r], bias);
         float* row = c + r * row_step;
-        alignas(64) float tmp[gemm_panel];  // a row with col_step != 1 (a column of C, or strided)
+        alignas(64) float tmp[gemm_panel];
         if (ep.accumulate) {
-            if (col_step == 1) {
-                y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(lanes, row));
-            } else {
-                for (std::size_t j = 0; j < cols; ++j) tmp[j] = row[static_cast<std::ptrdiff_t>(j) * col_step];
-                y = _mm512_add_ps(y, _mm512_maskz_load_ps(lanes, tmp));
-            }
+            for (std::size_t j = 0; j < cols; ++j) tmp[j] = row[static_cast<std::ptrdiff_t>(j) * col_step];
+            y = _mm512_add_ps(y, _mm512_maskz_load_ps(lanes, tmp));
         }
-        // maxps returns its second operand on NaN: keep NaN, as std::max(y, 0) and Eigen do
         if (ep.relu) y = _mm512_mask_max_ps(y, 0xffff, zero, y);
-        if (col_step == 1) {
-            _mm512_mask_storeu_ps(row, lanes, y);
-        } else {
-            _mm512_store_ps(tmp, y);
-            for (std::size_t j = 0; j < cols; ++j) row[static_cast<std::ptrdiff_t>(j) * col_step] = tmp[j];
-        }
+        _mm512_store_ps(tmp, y);
+        for (std::size_t j = 0; j < cols; ++j) row[static_cast<std::ptrdiff_t>(j) * col_step] = tmp[j];
     }
 }
 #endif
@@ -294,8 +302,24 @@ struct zmm_ops {
     static vec fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
 };
 #endif
-// With Prefetch, a[R .. 2R) must be valid rows of K floats too (the next
-// block's): one cache line of each is prefetched every 16 steps of k.
+// step(k) for k < K, unrolled by four. With Prefetch, a[R .. 2R) must be
+// valid rows of K floats too (the next block's): one cache line of each is
+// prefetched every 16 steps of k.
+template <int R, bool Prefetch, class Step>
+[[gnu::always_inline]] inline void k_steps(const float* const* a, std::size_t K, Step&& step)
+{
+    std::size_t k = 0;
+    if constexpr (Prefetch) {
+        for (; k + 16 <= K; k += 16) {
+            for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(a[R + r] + k), _MM_HINT_T0);
+#pragma GCC unroll 4
+            for (std::size_t kk = k; kk < k + 16; ++kk) step(kk);
+        }
+    }
+#pragma GCC unroll 4
+    for (; k < K; ++k) step(k);
+}
+
 template <int R, class Ops, int H = 2, bool Prefetch = false>
 [[gnu::always_inline]] inline void fma_rows(const float* const* a, const float* p0, const float* p1,
                                             std::ptrdiff_t ldp, std::size_t K, typename Ops::vec (&acc)[6][2])
@@ -330,16 +354,7 @@ template <int R, class Ops, int H = 2, bool Prefetch = false>
         if constexpr (R > 4) row(a4, c40, c41);
         if constexpr (R > 5) row(a5, c50, c51);
     };
-    std::size_t k = 0;
-    if constexpr (Prefetch) {
-        for (; k + 16 <= K; k += 16) {
-            for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(a[R + r] + k), _MM_HINT_T0);
-#pragma GCC unroll 4
-            for (std::size_t kk = k; kk < k + 16; ++kk) step(kk);
-        }
-    }
-#pragma GCC unroll 4
-    for (; k < K; ++k) step(k);
+    k_steps<R, Prefetch>(a, K, step);
     acc[0][0] = c00, acc[0][1] = c01, acc[1][0] = c10, acc[1][1] = c11, acc[2][0] = c20, acc[2][1] = c21;
     acc[3][0] = c30, acc[3][1] = c31, acc[4][0] = c40, acc[4][1] = c41, acc[5][0] = c50, acc[5][1] = c51;
 }
@@ -362,7 +377,7 @@ template <int R, bool Prefetch>
         __m512 acc[6][2];
         fma_rows<R, zmm_ops, 1, Prefetch>(a, p, p, ldp, K, acc);
         const __m512 rows[6] = {acc[0][0], acc[1][0], acc[2][0], acc[3][0], acc[4][0], acc[5][0]};
-        store_zmm_rows(R, rows, ep, c, ldc, cols);
+        store_zmm_rows<R>(rows, ep, c, ldc, cols);
 #else
         __m256 acc[6][2];
         fma_rows<R, ymm_ops, 2, Prefetch>(a, p, p + 8, ldp, K, acc);
@@ -372,6 +387,62 @@ template <int R, bool Prefetch>
 }
 
 #if BIAFFINE_DETAIL_GEMM_KERNEL_PAIR
+// The FMA loop of a panel without a partner (the last of an odd count) over
+// R <= 12 rows, one register per row: twelve independent FMA chains, as in
+// the pair's 6 x 32 block, where six rows gave six. Ops is zmm_ops, or
+// ymm_ops where the panel has at most 8 columns in use (its first half,
+// the same chains at half the width).
+template <int R, class Ops, bool Prefetch>
+[[gnu::always_inline]] inline void fma_rows_tall(const float* const* a, const float* p, std::ptrdiff_t ldp,
+                                                 std::size_t K, typename Ops::vec (&acc)[12])
+{
+    static_assert(R >= 1 && R <= 12, "one to twelve rows");
+    using V = typename Ops::vec;
+    const float* ar[12];  // indexed by constants only, so kept in registers
+    for (int r = 0; r < 12; ++r) ar[r] = a[r < R ? r : 0];
+    V c0 = Ops::zero(), c1 = Ops::zero(), c2 = Ops::zero(), c3 = Ops::zero(), c4 = Ops::zero(), c5 = Ops::zero();
+    V c6 = Ops::zero(), c7 = Ops::zero(), c8 = Ops::zero(), c9 = Ops::zero(), c10 = Ops::zero(), c11 = Ops::zero();
+    const auto step = [&](std::size_t k) {
+        const V b = Ops::load(p);
+        p += ldp;
+        const auto row = [&](int r, V& c) {
+            if (r < R) c = Ops::fma(Ops::broadcast(ar[r] + k), b, c);
+        };
+        row(0, c0), row(1, c1), row(2, c2), row(3, c3), row(4, c4), row(5, c5);
+        row(6, c6), row(7, c7), row(8, c8), row(9, c9), row(10, c10), row(11, c11);
+    };
+    k_steps<R, Prefetch>(a, K, step);
+    acc[0] = c0, acc[1] = c1, acc[2] = c2, acc[3] = c3, acc[4] = c4, acc[5] = c5;
+    acc[6] = c6, acc[7] = c7, acc[8] = c8, acc[9] = c9, acc[10] = c10, acc[11] = c11;
+}
+
+// gemm_block_rows for an unpaired panel (cols <= 16) in blocks of R <= 12
+// rows (fma_rows_tall); Half: at most 8 columns, in 256-bit registers.
+template <int R, bool Half, bool Prefetch>
+[[gnu::noinline]] void gemm_block_rows_tall(const float* const* a, std::size_t blocks, const float* p,
+                                            std::ptrdiff_t ldp, std::size_t K, const gemm_epilogue& ep, float* c,
+                                            std::ptrdiff_t ldc, std::size_t cols)
+{
+    const std::ptrdiff_t row_step = ep.row_step(ldc);
+    for (std::size_t b = 0; b < blocks; ++b, a += R, c += R * row_step) {
+        __m512 rows[12];
+        if constexpr (Half) {
+            __m256 acc[12];
+            fma_rows_tall<R, ymm_ops, Prefetch>(a, p, ldp, K, acc);
+            // Widened with a zero-masked insert: _mm512_zextps256_ps512 goes
+            // through an undefined operand in g++ 12 (its bug 105593).
+            const __m512d zero = _mm512_setzero_pd();
+            for (int r = 0; r < 12; ++r) {
+                rows[r] = _mm512_castpd_ps(_mm512_maskz_insertf64x4(0xff, zero, _mm256_castps_pd(acc[r]), 0));
+            }
+        } else {
+            fma_rows_tall<R, zmm_ops, Prefetch>(a, p, ldp, K, rows);
+        }
+        store_zmm_rows<(R < 6 ? R : 6)>(rows, ep, c, ldc, cols);
+        if constexpr (R > 6) store_zmm_rows<R - 6>(rows + 6, ep, c + 6 * row_step, ldc, cols);
+    }
+}
+
 // gemm_block_rows over two panels at once (p0, p1, both rows ldp apart):
 // a 6 x 32 block, two 512-bit accumulators per row. One panel gives six
 // independent FMA chains, fewer than a CPU with two 512-bit FMA units and
@@ -391,18 +462,27 @@ template <int R, bool Prefetch>
         fma_rows<R, zmm_ops, 2, Prefetch>(a, p0, p1, ldp, K, acc);
         const __m512 first[6] = {acc[0][0], acc[1][0], acc[2][0], acc[3][0], acc[4][0], acc[5][0]};
         const __m512 second[6] = {acc[0][1], acc[1][1], acc[2][1], acc[3][1], acc[4][1], acc[5][1]};
-        store_zmm_rows(R, first, ep, c, ldc, gemm_panel);
-        store_zmm_rows(R, second, e, c + static_cast<std::ptrdiff_t>(gemm_panel) * col_step, ldc, cols - gemm_panel);
+        store_zmm_rows<R>(first, ep, c, ldc, gemm_panel);
+        store_zmm_rows<R>(second, e, c + static_cast<std::ptrdiff_t>(gemm_panel) * col_step, ldc, cols - gemm_panel);
     }
 }
 #endif
 
-// f(std::integral_constant<int, R>) for R = rows (1..6): the block kernels
-// take their height as a template argument.
+// f(std::integral_constant<int, R>) for R = rows (1..6, or 1..12 where an
+// unpaired panel takes blocks of up to 12 rows): the block kernels take
+// their height as a template argument.
 template <class F>
 void with_block_rows(int rows, F&& f)
 {
     switch (rows) {
+#if BIAFFINE_DETAIL_GEMM_KERNEL_PAIR
+    case 12: f(std::integral_constant<int, 12>()); break;
+    case 11: f(std::integral_constant<int, 11>()); break;
+    case 10: f(std::integral_constant<int, 10>()); break;
+    case 9: f(std::integral_constant<int, 9>()); break;
+    case 8: f(std::integral_constant<int, 8>()); break;
+    case 7: f(std::integral_constant<int, 7>()); break;
+#endif
     case 6: f(std::integral_constant<int, 6>()); break;
     case 5: f(std::integral_constant<int, 5>()); break;
     case 4: f(std::integral_constant<int, 4>()); break;
@@ -422,15 +502,16 @@ void gemm_loops(Row&& arow, std::size_t N, std::size_t K, std::size_t M, Panel&&
 {
     const float* bias = ep.bias;
     constexpr std::size_t row_block = BIAFFINE_AVX2_ROW_BLOCK;
+    constexpr std::size_t max_block_rows = BIAFFINE_DETAIL_GEMM_KERNEL_PAIR ? 12 : 6;
     for (std::size_t r0 = 0; r0 < N; r0 += row_block) {
         const std::size_t rn = std::min(row_block, N - r0);
-        // The block's row pointers, once for all its panels, and six more:
+        // The block's row pointers, once for all its panels, and a block more:
         // the next rows (the last row again past N), which the first panel
         // prefetches a block ahead of their turn. (Prefetching the caller's
         // next rows across calls as well, a row block of the projections
         // ahead, gained nothing measurable.)
-        const float* row_ptrs[row_block + 6];
-        for (std::size_t q = 0; q < rn + 6; ++q) row_ptrs[q] = arow(std::min(r0 + q, N - 1));
+        const float* row_ptrs[row_block + max_block_rows];
+        for (std::size_t q = 0; q < rn + max_block_rows; ++q) row_ptrs[q] = arow(std::min(r0 + q, N - 1));
         for (std::size_t j0 = 0; j0 < M;) {
             const float* p = panel(j0);
             const std::ptrdiff_t ld = ldp(j0);
@@ -452,7 +533,10 @@ void gemm_loops(Row&& arow, std::size_t N, std::size_t K, std::size_t M, Panel&&
             // call per height took that case from 56-63% to 58-66% of the
             // roofline, 100k tokens at one label from 68-78% to 79-90% (six
             // and three alternated rounds, AVX-512 Xeon).
-            const std::size_t blocks = (rn + 5) / 6, low = rn / blocks, high_blocks = rn % blocks;
+            // An unpaired panel (pair false) goes in blocks of up to 12 rows
+            // (gemm_block_rows_tall).
+            const std::size_t most = pair ? 6 : max_block_rows;
+            const std::size_t blocks = (rn + most - 1) / most, low = rn / blocks, high_blocks = rn % blocks;
             const std::ptrdiff_t col = static_cast<std::ptrdiff_t>(j0);
             const std::ptrdiff_t col_step = ep.col_step(ldc), row_step = ep.row_step(ldc);
             for (std::size_t part = 0, r = 0; part < 2; ++part) {
@@ -468,11 +552,17 @@ void gemm_loops(Row&& arow, std::size_t N, std::size_t K, std::size_t M, Panel&&
                         constexpr bool Pf = decltype(prefetch)::value;
 #if BIAFFINE_DETAIL_GEMM_KERNEL_PAIR
                         if (pair) {
-                            gemm_block_rows2<Rc, Pf>(rows, count, p, p1, ld, K, ep, cr, ldc, cols);
-                            return;
+                            if constexpr (Rc <= 6) {
+                                gemm_block_rows2<Rc, Pf>(rows, count, p, p1, ld, K, ep, cr, ldc, cols);
+                            }
+                        } else if (cols <= gemm_panel / 2) {
+                            gemm_block_rows_tall<Rc, true, Pf>(rows, count, p, ld, K, ep, cr, ldc, cols);
+                        } else {
+                            gemm_block_rows_tall<Rc, false, Pf>(rows, count, p, ld, K, ep, cr, ldc, cols);
                         }
-#endif
+#else
                         gemm_block_rows<Rc, Pf>(rows, count, p, ld, K, ep, cr, ldc, cols);
+#endif
                     };
                     // Only the first panel meets the rows cold.
                     if (BIAFFINE_AVX2_PREFETCH_A && j0 == 0) run(std::true_type());
