@@ -561,14 +561,15 @@ TEST_CASE("avx2 backend: split scores equal a double loop on every path", "[back
     REQUIRE(kernel_score_rows(13, 4) == 13);
     REQUIRE(kernel_score_rows(26, 4) == 26);  // two panels, 26 of 32 columns used
     REQUIRE(kernel_score_rows(64, 4) == 64);
-    // 22 of 32 columns (69%) and 33 of 48 (69%): the kernel from a fill of
-    // BIAFFINE_AVX2_SCORES_FILL_MANY percent (60 with the 6 x 32 body, else
-    // 70); below it full panels and row_dots for one to four rows left over,
-    // or Eigen.
+    // 22 of 32 columns (69%), 33 of 48 (69%), 18 of 32 (56%): the kernel
+    // from a fill of BIAFFINE_AVX2_SCORES_FILL_MANY percent (55 with the 6 x
+    // 32 body, else 70); below it full panels and row_dots for one to four
+    // rows left over, or Eigen.
     const bool fills = BIAFFINE_AVX2_SCORES_FILL_MANY <= 68;
     const Eigen::Index dots_tail = BIAFFINE_AVX2_SCORES_DOTS_TAIL >= 2 ? 16 : 0;
     REQUIRE(kernel_score_rows(22, 4) == (fills ? 22 : 0));
-    REQUIRE(kernel_score_rows(18, 4) == dots_tail);
+    REQUIRE(kernel_score_rows(18, 4) == (BIAFFINE_AVX2_SCORES_FILL_MANY <= 56 ? 18 : dots_tail));
+    REQUIRE(kernel_score_rows(17, 4) == (BIAFFINE_AVX2_SCORES_FILL_MANY <= 53 ? 17 : dots_tail));
     REQUIRE(kernel_score_rows(33, 4) == (fills && BIAFFINE_AVX2_SCORES_ODD_PANELS ? 33 : 2 * dots_tail));
     // Three panels (36 or 48 of 48 columns used) on the kernel only where it
     // takes an odd number of them; else Eigen.

@@ -214,13 +214,14 @@
 #define BIAFFINE_AVX2_SCORES_MANY_LABELS 4
 #endif
 /// With the 6 x 32 body (BIAFFINE_AVX2_KERNEL_ZMM 2 on AVX-512 targets)
-/// the many-label fill is 60: there, at 50 labels, n = 20 / 22 (63 / 69%
-/// of two panels) ran at 137 / 151 GFLOP/s against Eigen's 133 / 130, n = 17
-/// (53%) at 118 against 128 (AMD EPYC Zen 5, family 26, best of 7 rounds,
-/// T hot). Elsewhere 70.
+/// the many-label fill is 55: there, at 50 labels, n = 18 / 20 / 22 (56 /
+/// 63 / 69% of two panels) ran at 131-136 / 146-149 / 160-164 GFLOP/s
+/// against Eigen's 118-125 / 127-132 / 122-127, n = 17 (53%) at 124-129
+/// against 122-128 (AMD EPYC Zen 5, family 26, best of 7 rounds, T hot;
+/// with the transposed store of store_zmm_columns). Elsewhere 70.
 #ifndef BIAFFINE_AVX2_SCORES_FILL_MANY
 #if BIAFFINE_AVX2_KERNEL_ZMM >= 2 && defined(__AVX512F__)
-#define BIAFFINE_AVX2_SCORES_FILL_MANY 60
+#define BIAFFINE_AVX2_SCORES_FILL_MANY 55
 #else
 #define BIAFFINE_AVX2_SCORES_FILL_MANY 70
 #endif
