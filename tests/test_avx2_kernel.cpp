@@ -131,6 +131,28 @@ TEST_CASE("gemm_bias_relu equals a double-precision loop", "[gemm_kernel]")
                     }
                     REQUIRE(worst < 1e-5);
 
+                    // The transposed store, with the same bias and relu: S
+                    // [M, N] with S[m, r] = C[r, m]; S's rows past M untouched.
+                    const std::size_t lds = N + 2;
+                    std::vector<float> st((M + 2) * lds, sentinel);
+                    if (variant == 0) {
+                        biaffine::detail::gemm_store_transposed(a.data(), static_cast<std::ptrdiff_t>(lda), N, K,
+                                                                packed.data(), M, st.data(),
+                                                                static_cast<std::ptrdiff_t>(lds));
+                    } else {
+                        biaffine::detail::gemm_epilogue ep;
+                        ep.bias = with_bias ? bias.data() : nullptr;
+                        ep.relu = relu;
+                        ep.trans = true;
+                        biaffine::detail::gemm_packed(a.data(), static_cast<std::ptrdiff_t>(lda), N, K, packed.data(),
+                                                      M, ep, st.data(), static_cast<std::ptrdiff_t>(lds));
+                    }
+                    for (std::size_t m = 0; m < M + 2; ++m) {
+                        for (std::size_t r = 0; r < lds; ++r) {
+                            REQUIRE(st[m * lds + r] == (m < M && r < N ? c[r * ldc + m] : sentinel));
+                        }
+                    }
+
                     // B read in place, only the partial panel packed.
                     if (variant != 0) continue;
                     std::vector<float> tail(biaffine::detail::gemm_packed_size(K, M % 16));
@@ -139,17 +161,6 @@ TEST_CASE("gemm_bias_relu equals a double-precision loop", "[gemm_kernel]")
                                                       static_cast<std::ptrdiff_t>(M), M, tail.data(), c2.data(),
                                                       static_cast<std::ptrdiff_t>(ldc));
                     REQUIRE(c2 == c);  // same products, same order of sums
-
-                    // The transposed store: S [M, N] with S[m, r] = C[r, m].
-                    const std::size_t lds = N + 2;
-                    std::vector<float> st(M * lds, sentinel);
-                    biaffine::detail::gemm_store_transposed(a.data(), static_cast<std::ptrdiff_t>(lda), N, K,
-                                                            packed.data(), M, st.data(),
-                                                            static_cast<std::ptrdiff_t>(lds));
-                    for (std::size_t m = 0; m < M; ++m) {
-                        for (std::size_t r = 0; r < N; ++r) REQUIRE(st[m * lds + r] == c[r * ldc + m]);
-                        for (std::size_t r = N; r < lds; ++r) REQUIRE(st[m * lds + r] == sentinel);
-                    }
                 }
             }
         }

@@ -242,8 +242,9 @@
 /// (n = 24, 28) row_dots made it slower: 36 / 33 against 52 / 64.
 /// With the 6 x 32 body (BIAFFINE_AVX2_KERNEL_ZMM 2 on AVX-512 targets) 0:
 /// there a split of 17-20 tokens at 50 labels ran its 16-row panel plus
-/// row_dots at 0.75-0.93 of Eigen's speed (n = 17-20), and Eigen's GEMM
-/// takes it (median of 15 interleaved rounds, AVX-512 Xeon model 207).
+/// row_dots at 0.75-0.93 of Eigen's speed (n = 17-20; median of 15
+/// interleaved rounds, AVX-512 Xeon model 207), so a split below the
+/// many-label fill (n = 17 of 32 columns at 55%) takes Eigen's GEMM.
 #ifndef BIAFFINE_AVX2_SCORES_DOTS_TAIL
 #if BIAFFINE_AVX2_KERNEL_ZMM >= 2 && defined(__AVX512F__)
 #define BIAFFINE_AVX2_SCORES_DOTS_TAIL 0

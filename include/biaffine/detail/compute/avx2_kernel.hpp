@@ -18,6 +18,7 @@
 #if defined(__AVX2__) && defined(__FMA__)
 
 #include <algorithm>
+#include <cassert>
 #include <cstddef>
 #include <type_traits>
 
@@ -604,8 +605,11 @@ void gemm_loops(Row&& arow, std::size_t N, std::size_t K, std::size_t M, Panel&&
                         constexpr bool Pf = decltype(prefetch)::value;
 #if BIAFFINE_DETAIL_GEMM_KERNEL_PAIR
                         if (pair) {
+                            // Paired panels take blocks of at most 6 rows (`most`).
                             if constexpr (Rc <= 6) {
                                 gemm_block_rows2<Rc, Pf>(rows, count, p, p1, ld, K, ep, cr, ldc, cols);
+                            } else {
+                                assert(!"paired panels in blocks of more than 6 rows");
                             }
                         } else if (cols <= gemm_panel / 2) {
                             gemm_block_rows_tall<Rc, true, Pf>(rows, count, p, ld, K, ep, cr, ldc, cols);
