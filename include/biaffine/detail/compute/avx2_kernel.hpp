@@ -307,15 +307,17 @@ template <int R>
         }
         return;
     }
-    if (ep.trans && !ep.accumulate) {
+    if (ep.trans && !ep.accumulate) {  // eight rows at a time through store_zmm_columns
+        constexpr int R8 = R < 8 ? R : 8;
         __m512 y[8];
         for (int r = 0; r < 8; ++r) y[r] = zero;
 #pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
+        for (int r = 0; r < R8; ++r) {
             y[r] = _mm512_add_ps(rows[r], bias);
             if (ep.relu) y[r] = _mm512_mask_max_ps(y[r], 0xffff, zero, y[r]);
         }
-        store_zmm_columns<R>(y, c, ldc, cols);
+        store_zmm_columns<R8>(y, c, ldc, cols);
+        if constexpr (R > 8) store_zmm_rows<R - 8>(rows + 8, ep, c + 8 * row_step, ldc, cols);
         return;
     }
     for (int r = 0; r < R; ++r) {  // a column of C, or strided: element by element through `tmp`
@@ -491,8 +493,7 @@ template <int R, bool Half, bool Prefetch>
         } else {
             fma_rows_tall<R, zmm_ops, Prefetch>(a, p, ldp, K, rows);
         }
-        store_zmm_rows<(R < 6 ? R : 6)>(rows, ep, c, ldc, cols);
-        if constexpr (R > 6) store_zmm_rows<R - 6>(rows + 6, ep, c + 6 * row_step, ldc, cols);
+        store_zmm_rows<R>(rows, ep, c, ldc, cols);
     }
 }
 
