@@ -13,9 +13,11 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "biaffine/detail/compute/backend.hpp"
+#include "biaffine/memory.hpp"
 #if defined(__AVX2__) && defined(__FMA__)
 // Tested wherever it can run, also on AVX-512 builds that do not choose it.
 #include "biaffine/detail/compute/avx2_backend.hpp"
@@ -67,18 +69,26 @@ void check_split_scores(const char* name)
 
 // split_scores_backward against double loops: dVa = dS Tr and dTr = dS^T Va
 // (both overwritten: they start as garbage), with strides wider than the rows
-// of Va, dS and dVa. Sizes on both paths (row_combos, Eigen's GEMM).
+// of Va, dS and dVa. Sizes on every path (row_combos, Eigen's GEMM, the
+// kernel's), hv one past a multiple of 16 (its last column apart) and not;
+// the backend's scratch sized by train_packed_elements, guarded past its end.
 template <class Backend, class T>
 void check_split_scores_backward(const char* name)
 {
     std::mt19937 gen(9);
     std::uniform_real_distribution<double> d(-1.0, 1.0);
-    const std::size_t hv = 129;
     const T sentinel = T(-333);
-    for (std::size_t o : {std::size_t(1), std::size_t(4), std::size_t(50)}) {
+    const std::pair<std::size_t, std::size_t> hv_labels[] = {{129, 1}, {129, 4}, {129, 50}, {100, 1}, {100, 50}};
+    for (const auto& [hv, o] : hv_labels) {
         for (std::size_t n : {std::size_t(0), std::size_t(5), std::size_t(12), std::size_t(13), std::size_t(18),
-                              std::size_t(33), std::size_t(51), std::size_t(100)}) {
-            INFO(name << ": labels " << o << " n " << n);
+                              std::size_t(31), std::size_t(33), std::size_t(51), std::size_t(100)}) {
+            INFO(name << ": hv " << hv << " labels " << o << " n " << n);
+            scorer_dims dims;
+            dims.n_in = 1;
+            dims.hidden = hv - 1;
+            dims.labels = o;
+            const std::size_t n_packed = Backend::train_packed_elements(dims, n, n);
+            std::vector<T> packed(n_packed + 16, sentinel);
             const std::size_t no = n * o, ldv = hv + 2, lds = no + 3, ldd = hv + 1;
             std::vector<T> va(n * ldv), tr(no * hv), ds(n * lds);
             for (auto* p : {&va, &tr, &ds}) {
@@ -90,7 +100,8 @@ void check_split_scores_backward(const char* name)
                 biaffine::const_row_map<T>(va.data(), rows, cols, Eigen::OuterStride<>(static_cast<Eigen::Index>(ldv))),
                 tr.data(), o, biaffine::score_view<const T>{ds.data(), n, o, static_cast<std::ptrdiff_t>(lds)},
                 biaffine::row_map<T>(dva.data(), rows, cols, Eigen::OuterStride<>(static_cast<Eigen::Index>(ldd))),
-                dt.data());
+                dt.data(), packed.data());
+            for (std::size_t i = n_packed; i < packed.size(); ++i) REQUIRE(packed[i] == sentinel);
             // The error of a sum of K products in T is at most K eps times
             // the sum of their magnitudes (the standard bound): `error`
             // measures got - sum_k a[k * sa] b[k * sb] in units of that.
@@ -188,7 +199,7 @@ void check_batch_products(const char* name)
         }
         return worst;
     };
-    for (std::size_t n_in : {std::size_t(3), std::size_t(33)}) {
+    for (std::size_t n_in : {std::size_t(3), std::size_t(32), std::size_t(33)}) {
         for (std::size_t h : {std::size_t(7), std::size_t(16), std::size_t(40)}) {
             for (std::size_t o : {std::size_t(1), std::size_t(3)}) {
                 for (bool bias : {true, false}) {
@@ -199,8 +210,9 @@ void check_batch_products(const char* name)
                     dims.bias_u = bias;
                     dims.bias_v = !bias || o == 1;  // mixed flags too
                     const std::size_t hu = dims.hu(), hv = dims.hv();
-                    // Splits of 0, 5, 17, 1, 260, 0 and 30 rows (N = 313: more
-                    // than one chunk of the AVX2 backend's weight gradients),
+                    // Splits of 0, 5, 17, 1, 260, 0 and 30 rows (N = 313: two
+                    // chunks of 157 and 156 rows of the AVX2 backend's weight
+                    // gradients),
                     // a strided document; every second split takes every
                     // second column.
                     const std::vector<std::size_t> lens{0, 5, 17, 1, 260, 0, 30};
@@ -288,9 +300,12 @@ void check_batch_products(const char* name)
                     std::vector<T> dzu = dzu0, dzv = dzv0, gwh = gwh0, gwd = gwd0, gbh = gbh0, gbd = gbd0, gw(1),
                                    scratch_x(Backend::reads_items ? 0 : N * n_in);
                     const biaffine::detail::grads_ref<T> gr{gwh.data(), gbh.data(), gwd.data(), gbd.data(), gw.data()};
-                    const std::size_t slot_ld = 2 * n_in + 1;
+                    // With n_in = 32 the dense slots' rows are 64-byte aligned
+                    // (a multiple of 16 floats apart in a 64-byte aligned
+                    // block): the AVX2 backend streams dX there.
+                    const std::size_t slot_ld = 2 * n_in + (n_in % 16 == 0 ? 16 : 1);
                     const T sentinel = T(-7.25);
-                    std::vector<T> slots_buf(N * slot_ld, sentinel);
+                    biaffine::tracked_vector<T> slots_buf(N * slot_ld, sentinel);
                     std::vector<biaffine::seq_view<T>> slots;
                     for (std::size_t k = 0; k < lens.size(); ++k) {
                         const bool strided = k % 2 == 1;
@@ -581,6 +596,44 @@ TEST_CASE("avx2 backend: split scores equal a double loop on every path", "[back
 TEST_CASE("avx2 backend: split score backward equals double loops on every path", "[backend]")
 {
     check_split_scores_backward<biaffine::detail::avx2_backend, float>("avx2");
+}
+
+TEST_CASE("avx2 backend: chunks of the weight gradients are as even as their count allows", "[backend]")
+{
+    using backend = biaffine::detail::avx2_backend;
+    REQUIRE(backend::even_step(0, 256) == 0);
+    REQUIRE(backend::even_step(256, 256) == 256);
+    REQUIRE(backend::even_step(257, 256) == 129);
+    REQUIRE(backend::even_step(2615, 256) == 238);  // 11 steps: ten of 238, one of 235
+    for (std::size_t N = 1; N < 2000; ++N) {
+        const std::size_t step = backend::even_step(N, 256), steps = (N + step - 1) / step;
+        REQUIRE(step <= 256);
+        REQUIRE(steps == (N + 255) / 256);                   // no more steps than needed
+        REQUIRE(N - (steps - 1) * step + steps > step);      // the last within `steps` rows of the others
+    }
+}
+
+TEST_CASE("avx2 backend: dX goes out by streamed stores to aligned dense rows, by copies elsewhere", "[backend]")
+{
+    using T = float;
+    // Rows 48 floats apart in a 64-byte aligned block (streamed), then 45
+    // apart or starting 4 bytes in (copied): each row's 40 floats arrive,
+    // nothing past them is written.
+    for (const auto& [ld, shift] : {std::pair<std::size_t, std::size_t>{48, 0}, {45, 0}, {48, 1}}) {
+        INFO("row stride " << ld << ", shift " << shift);
+        const std::size_t rows = 7, cols = 40;
+        std::vector<T> src(rows * cols);
+        for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<T>(i) * T(0.5) - T(3);
+        biaffine::tracked_vector<T> dst(rows * ld + shift, T(-1));
+        biaffine::detail::avx2_backend::stream_rows(
+            src.data(), biaffine::seq_view<T>{dst.data() + shift, rows, cols, static_cast<std::ptrdiff_t>(ld), 1});
+        _mm_sfence();
+        for (std::size_t r = 0; r < rows; ++r) {
+            for (std::size_t c = 0; c < ld && r * ld + c + shift < dst.size(); ++c) {
+                REQUIRE(dst[r * ld + c + shift] == (c < cols ? src[r * cols + c] : T(-1)));
+            }
+        }
+    }
 }
 
 TEST_CASE("avx2 backend: the projections read the splits in place, with or without a column stride", "[backend]")

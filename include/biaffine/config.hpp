@@ -203,6 +203,16 @@
 #ifndef BIAFFINE_AVX2_DW_CHUNK
 #define BIAFFINE_AVX2_DW_CHUNK 256
 #endif
+/// 1: the input backward writes dX out to the splits' rows with stores that
+/// bypass the caches (where the rows are dense and 32-byte aligned): a
+/// document's dX (102 MB at 100k tokens) is written once and read by the
+/// caller, so ordinary stores first read every line from memory and push
+/// the batch's operands out of L3. The input backward over 2,615 rows of a
+/// 100k-token document ran 1% faster with it (AMD EPYC Zen 5, alternated
+/// in one process).
+#ifndef BIAFFINE_AVX2_STREAM_DX
+#define BIAFFINE_AVX2_STREAM_DX 1
+#endif
 /// Per-split scores go through the kernel (instead of Eigen's GEMM) when its
 /// 16-column panels over the split's n tokens are mostly full: with at least
 /// BIAFFINE_AVX2_SCORES_MANY_LABELS labels when n fills at least
@@ -266,6 +276,31 @@
 #ifndef BIAFFINE_AVX2_SCORES_ODD_PANELS
 #define BIAFFINE_AVX2_SCORES_ODD_PANELS 1
 #endif
+/// 1: the backward of a split's scores, dVa = dS Tr and dTr = dS^T Va, runs
+/// on the kernel (B = Tr or Va read in place, dS transposed once; a last
+/// odd column of hv as two matrix-vector products) where row_combos does
+/// not take it (use_row_combos). On an AMD EPYC Zen 5 (family 26, AVX-512)
+/// a 100k-token document's splits at one label took 11.4 ms against 14.3
+/// for Eigen's GEMM, 20k tokens' at 50 labels 109 against 144 ms (data
+/// hot, best of 9). 0 (Eigen's GEMM) where the target lacks AVX-512: on an
+/// AVX2 EPYC the kernel won alone (one label, n = 13-100: 40-76 against
+/// 35-59 GFLOP/s) but a training step over 100k tokens took 0.93-1.17 s
+/// with it against 0.92-1.15 without (four alternated rounds).
+#ifndef BIAFFINE_AVX2_SCORES_BACKWARD
+#if BIAFFINE_AVX2_KERNEL_ZMM >= 2 && defined(__AVX512F__)
+#define BIAFFINE_AVX2_SCORES_BACKWARD 1
+#else
+#define BIAFFINE_AVX2_SCORES_BACKWARD 0
+#endif
+#endif
+/// With at least this many labels the last odd column of every label's
+/// block of W (the bias column at h = 128) is one more packed product over
+/// all labels, stored with a stride of hv; with fewer, one matrix-vector
+/// product per label (a 16-column panel would be mostly padding). At 50
+/// labels the matrix-vector products took 3% of inference (perf, AVX2 EPYC).
+#ifndef BIAFFINE_AVX2_LAST_COLUMN_PANEL_LABELS
+#define BIAFFINE_AVX2_LAST_COLUMN_PANEL_LABELS 8
+#endif
 /// Inference and the training forward compute T = U W' for a group of
 /// consecutive splits at a time, then score those splits while their rows of
 /// T and V are still in L2 (every label's block of W packed once per batch).
@@ -277,14 +312,6 @@
 /// less with groups of 200 rows (one process, alternated, AVX2 EPYC with
 /// 512 KiB of L2 per core; groups of 9-80 rows at 50 labels and 100-400 at
 /// one label were within the noise of each other).
-/// With at least this many labels the last odd column of every label's
-/// block of W (the bias column at h = 128) is one more packed product over
-/// all labels, stored with a stride of hv; with fewer, one matrix-vector
-/// product per label (a 16-column panel would be mostly padding). At 50
-/// labels the matrix-vector products took 3% of inference (perf, AVX2 EPYC).
-#ifndef BIAFFINE_AVX2_LAST_COLUMN_PANEL_LABELS
-#define BIAFFINE_AVX2_LAST_COLUMN_PANEL_LABELS 8
-#endif
 /// The default is 512 KiB (the L2 of a Zen 3 core) where the target lacks
 /// AVX-512 and 2 MiB where it has it: each group reads all of W (3.3 MB at
 /// 50 labels, h = 128) from L3, so more rows per group mean less of that

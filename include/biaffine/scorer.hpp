@@ -534,6 +534,8 @@ private:
     template <class Items, class Dest>
     backprop_type forward_into(const Items& X, mode m, Dest&& dest);
     void backward(const saved_batch& sb, span<const score_view<const T>> dY, span<const seq_view<T>> dX);
+    void prefetch_split(const saved_batch& sb, const score_view<const T>& g, std::size_t k, const T* v,
+                        const T* t) const;
     void backward_projections(const saved_batch& sb, const T* u, const T* v, T* dt, T* dv, T* du,
                               span<const seq_view<T>> dX, T* packed);
     template <class Items>

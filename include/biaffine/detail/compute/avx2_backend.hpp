@@ -15,10 +15,13 @@
 //     where the kernel's 16-column panels over n would be mostly empty, its
 //     full panels take the kernel and row_dots the rows left over, or the
 //     split goes to eigen_backend (kernel_score_rows);
-//   - backward: dU = sum_k dT_k W_k^T, dW_k += Ua^T dT_k and the projections'
-//     weight and input gradients through the kernel's accumulating epilogue;
-//     the relu backward (a vectorised select with the bias sums), dW and dX
-//     of the projections a chunk of rows at a time, X read in place.
+//   - backward: on AVX-512 targets a split's dVa = dS Tr and dTr = dS^T Va
+//     on the kernel, Tr and Va read in place; dU = sum_k dT_k W_k^T, dW_k +=
+//     Ua^T dT_k and the projections' weight and input gradients through the
+//     kernel's accumulating epilogue (a last odd column of hv apart); the
+//     relu backward (a vectorised select with the bias sums), dW and dX of
+//     the projections a chunk of rows at a time, X read in place, dX written
+//     out by streamed stores.
 // Declared only where the compiler targets AVX2 and FMA.
 #pragma once
 
@@ -26,6 +29,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include <immintrin.h>
 
@@ -92,7 +96,12 @@ struct avx2_backend {
 #if !BIAFFINE_AVX2_SCORES_ODD_PANELS
         " (with many labels Eigen GEMM for an odd number of panels above one, and for rows left over)"
 #endif
-        "; per-split score backward: row_dots or Eigen GEMM";
+        "; per-split score backward: "
+#if BIAFFINE_AVX2_SCORES_BACKWARD
+        BIAFFINE_DETAIL_GEMM_KERNEL_NAME " with B read in place (short splits: row_combos)";
+#else
+        "row_combos or Eigen GEMM";
+#endif
     /// Rows of the weight-gradient products summed per kernel call.
     static constexpr std::size_t dw_chunk = BIAFFINE_AVX2_DW_CHUNK;
     /// Row stride of a transposed chunk: 16 floats past dw_chunk, so that its
@@ -113,23 +122,34 @@ struct avx2_backend {
     }
 
     /// The packed block of training over a batch of up to `rows` rows: the
-    /// forward's; for dU = dT W^T one label's W^T; for dW += Ua^T dT a chunk
-    /// of Ua^T and the tail of dT's panels; the input backward's
+    /// forward's; the per-split score backward's; for dU = dT W^T one
+    /// label's W^T; for dW += Ua^T dT a chunk of Ua^T and either the tail of
+    /// dT's panels or dT's last column and its sums; the input backward's
     /// (input_elements).
     static std::size_t train_packed_elements(const scorer_dims& d, std::size_t max_len, std::size_t rows) noexcept
     {
         const std::size_t panel = gemm_panel;
-        return std::max({packed_elements(d, max_len), gemm_packed_size(d.hv(), d.hu()),
-                         d.hu() * dw_ld + gemm_packed_size(dw_chunk, d.hv() % panel), input_elements(d, rows)});
+        const std::size_t dw_tail =
+            kernel_columns(d) < d.hv() ? dw_chunk + d.hu() : gemm_packed_size(dw_chunk, d.hv() % panel);
+        return std::max({packed_elements(d, max_len), score_backward_elements(d, max_len),
+                         gemm_packed_size(d.hv(), d.hu()), d.hu() * dw_ld + dw_tail, input_elements(d, rows)});
     }
-    /// The input backward's chunk of a batch of N rows, and its part of
-    /// `packed`: Wh and Wd packed; the chunk's X packed, later its dX; dZ^T
+    /// Rows per step when N rows go in steps of at most `most`, as even as
+    /// that many steps allow: 2,615 rows in 11 steps of 238 or fewer, not
+    /// ten of 256 and one of 55 (the weight gradients' depth).
+    static std::size_t even_step(std::size_t N, std::size_t most) noexcept
+    {
+        const std::size_t steps = (N + most - 1) / most;
+        return steps == 0 ? 0 : (N + steps - 1) / steps;
+    }
+    /// The input backward's largest chunk of a batch of N rows, and its part of
+    /// `packed`: [Wh; Wd] packed; the chunk's X packed, later its dX; dZ^T
     /// of one side; dZ of both.
     static std::size_t input_chunk(std::size_t N) noexcept { return std::min(dw_chunk, N); }
     static std::size_t input_elements(const scorer_dims& d, std::size_t N) noexcept
     {
         const std::size_t h = d.hidden, n_in = d.n_in, chunk = input_chunk(N);
-        return 2 * gemm_packed_size(h, n_in) + gemm_packed_size(chunk, n_in) + h * (chunk + gemm_panel) +
+        return gemm_packed_size(2 * h, n_in) + gemm_packed_size(chunk, n_in) + h * (chunk + gemm_panel) +
                2 * chunk * h;
     }
 
@@ -336,25 +356,85 @@ struct avx2_backend {
         }
     }
 
-    // Eigen's: the kernel here (dVa = dS Tr with Tr read in place, dTr =
-    // dS^T Va with dS transposed) beat it in isolation, data in L1 (one
-    // label, n = 13-100: 40-76 against 35-59 GFLOP/s), but not in the
-    // pipeline: a training step over 100k tokens took 0.93-1.17 s with it
-    // against 0.92-1.15 without (four alternated rounds, AVX2 EPYC).
-    static void split_scores_backward(const_row_map<T> va, const T* t_rows, std::size_t labels,
-                                      score_view<const T> ds, row_map<T> dva, T* dt_rows)
+    /// Elements of `packed` split_scores_backward uses for splits of up to
+    /// max_len tokens: dS^T, and either the last panel of B or, where hv is
+    /// one past a multiple of 16, a column of Tr and of Va and one of sums.
+    static std::size_t score_backward_elements(const scorer_dims& d, std::size_t max_len) noexcept
     {
-        eigen_backend<T>::split_scores_backward(va, t_rows, labels, ds, dva, dt_rows);
+        if (!BIAFFINE_AVX2_SCORES_BACKWARD || max_len == 0) return 0;
+        const std::size_t no = max_len * d.labels;
+        const std::size_t tail = kernel_columns(d) < d.hv()
+                                     ? 2 * no
+                                     : gemm_packed_size(std::max(no, max_len), d.hv() % gemm_panel);
+        return no * max_len + tail;
     }
 
-    // dU = sum_k dT_k W_k^T with each label's W_k^T packed, then dW_k +=
-    // Ua^T dT_k over chunks of dw_chunk rows, each chunk of Ua transposed
-    // into `packed` and dT read in place.
+    // dVa = dS Tr and dTr = dS^T Va on the kernel with Tr and Va read in
+    // place (gemm_rowmajor_b) and dS transposed into `packed`; a last odd
+    // column of hv (the bias column at h = 128, which would take a panel of
+    // its own) as two column combinations. Short splits (use_row_combos),
+    // and every split where BIAFFINE_AVX2_SCORES_BACKWARD is 0, take
+    // eigen_backend's row_combos or GEMM.
+    static void split_scores_backward(const_row_map<T> va, const T* t_rows, std::size_t labels,
+                                      score_view<const T> ds, row_map<T> dva, T* dt_rows, T* packed)
+    {
+        const Eigen::Index n = va.rows();
+        if (!BIAFFINE_AVX2_SCORES_BACKWARD || n == 0 || use_row_combos(n, labels)) {
+            eigen_backend<T>::split_scores_backward(va, t_rows, labels, ds, dva, dt_rows, packed);
+            return;
+        }
+        const auto nn = static_cast<std::size_t>(n), hv = static_cast<std::size_t>(va.cols());
+        const std::size_t no = nn * labels, full = hv / gemm_panel * gemm_panel;
+        const bool last_column = hv - full == 1 && full != 0;
+        const std::size_t m = last_column ? full : hv;  // columns through the kernel
+        const auto hv_s = static_cast<std::ptrdiff_t>(hv), n_s = static_cast<std::ptrdiff_t>(n);
+        T* const dst = packed;          // dS^T [no, n]
+        T* const rest = dst + no * nn;  // the last panel, or the last column's vectors
+        transpose_block(ds.data, ds.row_stride, nn, no, dst, n_s);
+        gemm_rowmajor_b(ds.data, ds.row_stride, nn, no, t_rows, hv_s, m, rest, dva.data(), dva.outerStride());
+        gemm_rowmajor_b(dst, n_s, no, nn, va.data(), va.outerStride(), m, rest, dt_rows, hv_s);
+        if (!last_column) return;
+        // Column `full`: dVa[:, full] = dS Tr[:, full], dTr[:, full] = dS^T Va[:, full].
+        T* const col = rest;        // [no] Tr's column, then Va's [n]
+        T* const sums = rest + no;  // [no]
+        for (std::size_t r = 0; r < no; ++r) col[r] = t_rows[r * hv + full];
+        column_combination(dst, n_s, no, nn, col, sums);
+        const auto last = static_cast<Eigen::Index>(full);
+        for (Eigen::Index i = 0; i < n; ++i) dva(i, last) = sums[i];
+        for (Eigen::Index i = 0; i < n; ++i) col[i] = va(i, last);
+        column_combination(ds.data, ds.row_stride, nn, no, col, sums);
+        for (std::size_t r = 0; r < no; ++r) dt_rows[r * hv + full] = sums[r];
+    }
+
+    // y [n] = sum_k x[k] a[k * lda, n): rows of A combined, eight lanes at
+    // a time (add_column_combination: y += that).
+    static void column_combination(const T* a, std::ptrdiff_t lda, std::size_t K, std::size_t n, const T* x, T* y)
+    {
+        std::fill(y, y + n, T(0));
+        add_column_combination(a, lda, K, n, x, y);
+    }
+    static void add_column_combination(const T* a, std::ptrdiff_t lda, std::size_t K, std::size_t n, const T* x,
+                                       T* y)
+    {
+        const std::size_t n8 = n / 8 * 8;
+        for (std::size_t k = 0; k < K; ++k) {
+            const T* ak = a + static_cast<std::ptrdiff_t>(k) * lda;
+            const __m256 xk = _mm256_set1_ps(x[k]);
+            for (std::size_t i = 0; i < n8; i += 8) {
+                _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(ak + i), xk, _mm256_loadu_ps(y + i)));
+            }
+            for (std::size_t i = n8; i < n; ++i) y[i] += ak[i] * x[k];
+        }
+    }
+
     // Labels at given heads: o * hv per dependent on gathered rows of T,
     // no GEMM to pack for; Eigen's products serve it.
     static constexpr auto head_scores = &eigen_backend<float>::head_scores;
     static constexpr auto head_scores_backward = &eigen_backend<float>::head_scores_backward;
 
+    // dU = sum_k dT_k W_k^T with each label's W_k^T packed, then dW_k +=
+    // Ua^T dT_k over chunks of dw_chunk rows, each chunk of Ua transposed
+    // into `packed` and dT read in place.
     static void bilinear_left_backward(const scorer_dims& d, const T* w, const T* u, std::size_t N, const T* dt,
                                        T* du, T* dw, T* packed)
     {
@@ -371,14 +451,27 @@ struct avx2_backend {
             gemm_pack_b(w + k * hu * hv, 1, hv_s, hv, h, packed);  // (j, i) = W_k[i, j]
             gemm_packed(dt + k * hv, ldt, N, hv, packed, h, k == 0 ? gemm_epilogue{} : add, du, hu_s);
         }
-        T* tail = packed + hu * dw_ld;
+        // dW's last column apart where hv is one past a multiple of 16
+        // (kernel_columns): U^T times that column of dT, rather than a panel
+        // of one column through the kernel.
+        const std::size_t m = kernel_columns(d);
+        T* tail = packed + hu * dw_ld;  // the last panel of dT's chunk, or its last column
         const auto ld = static_cast<std::ptrdiff_t>(dw_ld);
-        for (std::size_t k0 = 0; k0 < N; k0 += dw_chunk) {
-            const std::size_t kc = std::min(dw_chunk, N - k0);
+        const std::size_t step = even_step(N, dw_chunk);
+        for (std::size_t k0 = 0; k0 < N; k0 += step) {
+            const std::size_t kc = std::min(step, N - k0);
             transpose_block(u + k0 * hu, hu_s, kc, hu, packed, ld);
             for (std::size_t k = 0; k < o; ++k) {
-                gemm_rowmajor_b(packed, ld, hu, kc, dt + k0 * o * hv + k * hv, ldt, hv,
-                                tail, dw + k * hu * hv, hv_s, add);
+                const T* dtk = dt + k0 * o * hv + k * hv;
+                T* dwk = dw + k * hu * hv;
+                gemm_rowmajor_b(packed, ld, hu, kc, dtk, ldt, m, tail, dwk, hv_s, add);
+                if (m == hv) continue;
+                for (std::size_t r = 0; r < kc; ++r) tail[r] = dtk[static_cast<std::ptrdiff_t>(r) * ldt + m];
+                // dW_k[i, m] += sum_r U[r, i] dT_k[r, m], as a combination of U's rows
+                // into the column's hu sums (then added with dW's stride).
+                T* sums = tail + dw_chunk;
+                column_combination(u + k0 * hu, hu_s, kc, hu, tail, sums);
+                for (std::size_t i = 0; i < hu; ++i) dwk[i * hv + m] += sums[i];
             }
         }
     }
@@ -395,12 +488,16 @@ struct avx2_backend {
                                  T* db, T* out, std::size_t ldo)
     {
         const __m256 s = _mm256_set1_ps(scale), zero = _mm256_setzero_ps();
+        // The vector bound first: with `j + 8 <= h` as the test g++ 12 warned
+        // (-Waggressive-loop-optimizations) on the edge loop once a constant h
+        // was inlined.
+        const std::size_t h8 = h / 8 * 8;
         for (std::size_t r = 0; r < N; ++r) {
             const T* ar = a + r * width;
             const T* dr = dz + r * width;
             T* outr = out + r * ldo;
             std::size_t j = 0;
-            for (; j + 8 <= h; j += 8) {
+            for (; j < h8; j += 8) {
                 const __m256 keep = _mm256_cmp_ps(_mm256_loadu_ps(ar + j), zero, _CMP_GT_OQ);
                 const __m256 g = _mm256_and_ps(keep, _mm256_mul_ps(_mm256_loadu_ps(dr + j), s));
                 _mm256_storeu_ps(outr + j, g);
@@ -420,8 +517,9 @@ struct avx2_backend {
     //   dWh += dZu^T X, dWd += dZv^T X: X's chunk packed once for both from
     //     the splits' own rows, dZ's chunk transposed, so the store into dW
     //     is a plain vector accumulate;
-    //   dX = dZu Wh + dZv Wd (Wh, Wd packed once) into the block that held
-    //     X's chunk, then out to the splits' slots.
+    //   dX = [dZu dZv] [Wh; Wd], one product of depth 2h ([Wh; Wd] packed
+    //     once; dZu and dZv side by side in each row of the chunk's dZ),
+    //     into the block that held X's chunk, then out to the splits' slots.
     // (As three passes over the batch - relu, the weight gradients, dX - dZ
     // streamed from memory three times and was written once more, and X was
     // gathered for strided splits. Transposing X instead, twice as wide as
@@ -429,8 +527,10 @@ struct avx2_backend {
     // 64-71 for this order: 100k tokens, AVX2 EPYC. Reading the chunk of X
     // in place, its rows n_in = 256 floats apart fell into few L1 sets: the
     // product alone ran at 98-101 GFLOP/s against 120-124 packed, packing
-    // included; AVX-512 Xeon model 207.) dzu and dzv are only read; xp is
-    // null (reads_items).
+    // included; AVX-512 Xeon model 207. As two products of depth h, the
+    // second accumulating, dX ran 4% slower: 1.46 against 1.40 ms for 2,600
+    // rows, AMD EPYC Zen 5.) dzu and dzv are only read; xp is null
+    // (reads_items).
     template <class Items>
     static void input_backward(const scorer_dims& d, const weights_ref<T>& w, const grads_ref<T>& g, const Items& X,
                                const std::size_t* /*off*/, std::size_t N, const relu_ref<T>& a, T* dzu, T* dzv,
@@ -438,33 +538,32 @@ struct avx2_backend {
     {
         if (N == 0) return;
         const std::size_t h = d.hidden, n_in = d.n_in, chunk = input_chunk(N);
-        const auto n_in_s = static_cast<std::ptrdiff_t>(n_in), h_s = static_cast<std::ptrdiff_t>(h);
+        const auto n_in_s = static_cast<std::ptrdiff_t>(n_in);
         const auto ldt = static_cast<std::ptrdiff_t>(chunk + gemm_panel);  // see dw_ld
-        // One operand table for both sides: activations, dA, row width, weight, gradients, dZ.
+        // One operand table for both sides: activations, dA, row width, gradients, dZ.
         struct side {
             const T* a;
             const T* dz;
             std::size_t width;
-            const T* w;
             T* dw;
             T* db;
             T* z;
         };
-        const std::size_t wsize = gemm_packed_size(h, n_in);
-        T* const w_packed = packed;                    // Wh, then Wd
-        T* const x_chunk = w_packed + 2 * wsize;       // X's chunk packed, then dX [chunk, n_in]
-        T* const zt = x_chunk + gemm_packed_size(chunk, n_in);  // dZ^T [h, ldt]
-        T* const z = zt + static_cast<std::size_t>(ldt) * h;    // dZu, dZv [chunk, h] each
-        const side sides[2] = {{a.u, dzu, d.hu(), w.wh, g.wh, g.bh, z},
-                               {a.v, dzv, d.hv(), w.wd, g.wd, g.bd, z + chunk * h}};
-        gemm_pack_b(w.wh, n_in_s, 1, h, n_in, w_packed);
-        gemm_pack_b(w.wd, n_in_s, 1, h, n_in, w_packed + wsize);
+        T* const w_packed = packed;                                  // [Wh; Wd]: K = 2h
+        T* const x_chunk = w_packed + gemm_packed_size(2 * h, n_in);  // X's chunk packed, then dX [chunk, n_in]
+        T* const zt = x_chunk + gemm_packed_size(chunk, n_in);        // dZ^T of one side [h, ldt]
+        T* const z = zt + static_cast<std::size_t>(ldt) * h;          // [dZu dZv] [chunk, 2h]
+        const auto ldz = static_cast<std::ptrdiff_t>(2 * h);
+        const side sides[2] = {{a.u, dzu, d.hu(), g.wh, g.bh, z}, {a.v, dzv, d.hv(), g.wd, g.bd, z + h}};
+        gemm_pack_b_rows(w.wh, n_in_s, 1, h, n_in, 2 * h, 0, w_packed);
+        gemm_pack_b_rows(w.wd, n_in_s, 1, h, n_in, 2 * h, h, w_packed);
         gemm_epilogue add;
         add.accumulate = true;
         auto x_rows = walk_rows([&](std::size_t k) { return read_only(X[k]); });
         auto dx_rows = walk_rows([&](std::size_t k) { return dX[k]; });
-        for (std::size_t k0 = 0; k0 < N; k0 += chunk) {
-            const std::size_t kc = std::min(chunk, N - k0);
+        const std::size_t step = even_step(N, chunk);
+        for (std::size_t k0 = 0; k0 < N; k0 += step) {
+            const std::size_t kc = std::min(step, N - k0);
             for (std::size_t q = 0; q < kc;) {  // X's rows, run by run
                 const auto run = x_rows.take(kc - q);
                 gemm_pack_b_rows(run.x.data + static_cast<std::ptrdiff_t>(run.first) * run.x.row_stride,
@@ -473,20 +572,38 @@ struct avx2_backend {
             }
             for (const side& sd : sides) {
                 relu_backward_to(h, sd.a + k0 * sd.width, sd.width, kc, a.scale, sd.dz + k0 * sd.width, sd.db, sd.z,
-                                 h);
-                transpose_block(sd.z, h_s, kc, h, zt, ldt);
+                                 2 * h);
+                transpose_block(sd.z, ldz, kc, h, zt, ldt);
                 gemm_packed(zt, ldt, h, kc, x_chunk, n_in, add, sd.dw, n_in_s);
             }
             T* const dx = x_chunk;  // X's chunk is packed no more
-            for (std::size_t which = 0; which < 2; ++which) {
-                gemm_packed(sides[which].z, h_s, kc, h, w_packed + which * wsize, n_in,
-                            which == 0 ? gemm_epilogue{} : add, dx, n_in_s);
-            }
+            gemm_packed(z, ldz, kc, 2 * h, w_packed, n_in, gemm_epilogue{}, dx, n_in_s);
             for (std::size_t q = 0; q < kc;) {
                 const auto run = dx_rows.take(kc - q);
-                copy_rows(dx + q * n_in, run.x.rows_view(run.first, run.rows));
+                stream_rows(dx + q * n_in, run.x.rows_view(run.first, run.rows));
                 q += run.rows;
             }
+        }
+        if (BIAFFINE_AVX2_STREAM_DX) _mm_sfence();  // the streamed stores before anyone reads dX
+    }
+
+    // copy_rows(src, v), with stores that bypass the caches where v's rows
+    // are dense and 32-byte aligned and BIAFFINE_AVX2_STREAM_DX is 1: no
+    // line of dX is read before it is overwritten, and dX does not push the
+    // batch's operands out of L3.
+    static void stream_rows(const T* src, const seq_view<T>& v)
+    {
+        const std::size_t cols = v.cols;
+        const bool aligned = v.col_stride == 1 && cols % 8 == 0 && v.row_stride % 8 == 0 &&
+                             reinterpret_cast<std::uintptr_t>(v.data) % 32 == 0;
+        if (!BIAFFINE_AVX2_STREAM_DX || !aligned) {
+            copy_rows(src, v);
+            return;
+        }
+        for (std::size_t r = 0; r < v.rows; ++r) {
+            T* dst = v.data + static_cast<std::ptrdiff_t>(r) * v.row_stride;
+            const T* s = src + r * cols;
+            for (std::size_t j = 0; j < cols; j += 8) _mm256_stream_ps(dst + j, _mm256_loadu_ps(s + j));
         }
     }
 };

@@ -181,7 +181,7 @@ inline std::size_t t_group_rows(std::size_t group_rows, std::size_t N, std::size
 ///       leaves of `packed` for split_scores). keep_t: t holds [N, o * hv] and keeps every
 ///       row; else t holds t_group_rows(...) rows, reused per group
 ///   split_scores(va, t_rows, o, s, packed)          one split's s [n, n * o] = va Tr^T
-///   split_scores_backward(va, t_rows, o, ds, dva, dt_rows)
+///   split_scores_backward(va, t_rows, o, ds, dva, dt_rows, packed)
 ///   head_scores(va, t, head_rows, o, y)             one split's y [n, o] at given heads
 ///   head_scores_backward(va, t, head_rows, o, dy, dva, dt)   dva overwritten, dt += (packed rows)
 ///   bilinear_left_backward(d, w, u, N, dt, du, dw, packed)   du = dT W'^T, dW += u^T dT; du's bias
@@ -233,7 +233,7 @@ struct eigen_backend {
     }
 
     static void split_scores_backward(const_row_map<T> va, const T* t_rows, std::size_t labels,
-                                      score_view<const T> ds, row_map<T> dva, T* dt_rows)
+                                      score_view<const T> ds, row_map<T> dva, T* dt_rows, T*)
     {
         bilinear_right_backward<T>(va, t_rows, labels, ds, dva, dt_rows);
     }
