@@ -126,6 +126,15 @@
 
 // ------------------------------------------ per-split products, every backend
 
+/// Softmax groups (a split's row at one label, a head's labels) of at least
+/// this many scores go through detail::softmax_span (packets only, the
+/// last one padded through a buffer), shorter ones through Eigen's array
+/// expression; see detail/softmax.hpp for the figures (AMD EPYC Zen 5: the
+/// crossover between 6 and 8 scores).
+#ifndef BIAFFINE_SOFTMAX_SPAN_MIN
+#define BIAFFINE_SOFTMAX_SPAN_MIN 8
+#endif
+
 /// Splits of at most this many tokens compute their scores S = Va Tr^T (and
 /// the backward) with the packing-free dot-product kernels of row_dots.hpp
 /// instead of a GEMM, which spends as long packing as multiplying there.

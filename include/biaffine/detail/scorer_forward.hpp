@@ -16,6 +16,7 @@
 #include "biaffine/detail/checked.hpp"
 #include "biaffine/detail/compute/backend.hpp"
 #include "biaffine/detail/eigen.hpp"
+#include "biaffine/detail/softmax.hpp"
 #include "biaffine/errors.hpp"
 #include "biaffine/scorer.hpp"
 #include "biaffine/tensor.hpp"
@@ -33,13 +34,7 @@ void softmax_last_axis(score_view<T> s)
     const std::size_t groups_per_row = s.labels == 1 ? 1 : s.n;
     for (std::size_t m = 0; m < s.n; ++m) {
         T* row = s.data + static_cast<std::ptrdiff_t>(m) * s.row_stride;
-        for (std::size_t g = 0; g < groups_per_row; ++g) {
-            // Eigen's array exp is vectorised (std::exp in a loop is not).
-            Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> x(row + g * group, static_cast<Eigen::Index>(group));
-            if (group == 0) continue;
-            x = (x - x.maxCoeff()).exp();
-            x /= x.sum();
-        }
+        for (std::size_t g = 0; g < groups_per_row; ++g) softmax_group(row + g * group, group);
     }
 }
 

@@ -17,6 +17,7 @@
 
 #include "biaffine/detail/checked.hpp"
 #include "biaffine/detail/compute/backend.hpp"
+#include "biaffine/detail/softmax.hpp"
 #include "biaffine/errors.hpp"
 #include "biaffine/scorer.hpp"
 #include "biaffine/tensor.hpp"
@@ -29,6 +30,12 @@ namespace detail {
 template <class T>
 void softmax_rows(seq_view<T> y)
 {
+    if (y.col_stride == 1) {
+        for (std::size_t m = 0; m < y.rows; ++m) {
+            softmax_group(y.data + static_cast<std::ptrdiff_t>(m) * y.row_stride, y.cols);
+        }
+        return;
+    }
     auto ym = y.map();
     for (Eigen::Index m = 0; m < ym.rows(); ++m) {
         if (ym.cols() == 0) continue;
