@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -67,18 +68,41 @@ void check_split_scores(const char* name)
     }
 }
 
+// The scratch split_scores_backward may use: score_backward_elements where
+// the backend has it (the AVX2 backend; the guard past it then checks that
+// bound itself), else its whole training block.
+template <class Backend, class = void>
+struct has_score_backward_elements : std::false_type {
+};
+template <class Backend>
+struct has_score_backward_elements<
+    Backend, std::void_t<decltype(Backend::score_backward_elements(std::declval<scorer_dims>(), std::size_t()))>>
+    : std::true_type {
+};
+template <class Backend>
+std::size_t score_backward_scratch(const scorer_dims& dims, std::size_t n)
+{
+    if constexpr (has_score_backward_elements<Backend>::value) {
+        return Backend::score_backward_elements(dims, n);
+    } else {
+        return Backend::train_packed_elements(dims, n, n);
+    }
+}
+
 // split_scores_backward against double loops: dVa = dS Tr and dTr = dS^T Va
 // (both overwritten: they start as garbage), with strides wider than the rows
 // of Va, dS and dVa. Sizes on every path (row_combos, Eigen's GEMM, the
-// kernel's), hv one past a multiple of 16 (its last column apart) and not;
-// the backend's scratch sized by train_packed_elements, guarded past its end.
+// kernel's), hv one past a multiple of 16 (its last column apart), not, and
+// below 16; the backend's scratch sized by score_backward_scratch, guarded
+// past its end.
 template <class Backend, class T>
 void check_split_scores_backward(const char* name)
 {
     std::mt19937 gen(9);
     std::uniform_real_distribution<double> d(-1.0, 1.0);
     const T sentinel = T(-333);
-    const std::pair<std::size_t, std::size_t> hv_labels[] = {{129, 1}, {129, 4}, {129, 50}, {100, 1}, {100, 50}};
+    const std::pair<std::size_t, std::size_t> hv_labels[] = {{129, 1}, {129, 4}, {129, 50}, {100, 1},
+                                                             {100, 50}, {17, 3},  {9, 4}};
     for (const auto& [hv, o] : hv_labels) {
         for (std::size_t n : {std::size_t(0), std::size_t(5), std::size_t(12), std::size_t(13), std::size_t(18),
                               std::size_t(31), std::size_t(33), std::size_t(51), std::size_t(100)}) {
@@ -87,7 +111,7 @@ void check_split_scores_backward(const char* name)
             dims.n_in = 1;
             dims.hidden = hv - 1;
             dims.labels = o;
-            const std::size_t n_packed = Backend::train_packed_elements(dims, n, n);
+            const std::size_t n_packed = score_backward_scratch<Backend>(dims, n);
             std::vector<T> packed(n_packed + 16, sentinel);
             const std::size_t no = n * o, ldv = hv + 2, lds = no + 3, ldd = hv + 1;
             std::vector<T> va(n * ldv), tr(no * hv), ds(n * lds);
@@ -600,25 +624,38 @@ TEST_CASE("avx2 backend: split score backward equals double loops on every path"
 
 TEST_CASE("avx2 backend: chunks of the weight gradients are as even as their count allows", "[backend]")
 {
-    using backend = biaffine::detail::avx2_backend;
-    REQUIRE(backend::even_step(0, 256) == 0);
-    REQUIRE(backend::even_step(256, 256) == 256);
-    REQUIRE(backend::even_step(257, 256) == 129);
-    REQUIRE(backend::even_step(2615, 256) == 238);  // 11 steps: ten of 238, one of 235
-    for (std::size_t N = 1; N < 2000; ++N) {
-        const std::size_t step = backend::even_step(N, 256), steps = (N + step - 1) / step;
-        REQUIRE(step <= 256);
-        REQUIRE(steps == (N + 255) / 256);                   // no more steps than needed
-        REQUIRE(N - (steps - 1) * step + steps > step);      // the last within `steps` rows of the others
+    using chunks = biaffine::detail::avx2_backend::even_chunks;
+    REQUIRE(chunks(0, 256).count == 0);
+    REQUIRE(chunks(256, 256).count == 1);
+    REQUIRE(chunks(257, 256).size(0) == 129);
+    REQUIRE(chunks(257, 256).size(1) == 128);
+    const chunks c2615(2615, 256);  // 11 chunks: 8 of 238, 3 of 237
+    REQUIRE(c2615.count == 11);
+    REQUIRE(c2615.size(0) == 238);
+    REQUIRE(c2615.size(10) == 237);
+    for (std::size_t N : {std::size_t(1), std::size_t(255), std::size_t(313), std::size_t(1999), std::size_t(65537),
+                          std::size_t(100000)}) {
+        INFO("N " << N);
+        const chunks c(N, 256);
+        REQUIRE(c.count == (N + 255) / 256);  // no more chunks than needed
+        std::size_t total = 0, lo = N, hi = 0;
+        for (std::size_t i = 0; i < c.count; ++i) {
+            total += c.size(i);
+            lo = std::min(lo, c.size(i));
+            hi = std::max(hi, c.size(i));
+        }
+        REQUIRE(total == N);
+        REQUIRE(hi <= 256);
+        REQUIRE(hi - lo <= 1);
     }
 }
 
-TEST_CASE("avx2 backend: dX goes out by streamed stores to aligned dense rows, by copies elsewhere", "[backend]")
+TEST_CASE("avx2 backend: dX's copy-out writes each row's floats and nothing past them, aligned or not", "[backend]")
 {
     using T = float;
-    // Rows 48 floats apart in a 64-byte aligned block (streamed), then 45
-    // apart or starting 4 bytes in (copied): each row's 40 floats arrive,
-    // nothing past them is written.
+    // Rows 48 floats apart in a 64-byte aligned block (streamed stores where
+    // BIAFFINE_AVX2_STREAM_DX is 1), then 45 apart or starting 4 bytes in
+    // (copy_rows): each row's 40 floats arrive, nothing past them is written.
     for (const auto& [ld, shift] : {std::pair<std::size_t, std::size_t>{48, 0}, {45, 0}, {48, 1}}) {
         INFO("row stride " << ld << ", shift " << shift);
         const std::size_t rows = 7, cols = 40;

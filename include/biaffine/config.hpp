@@ -289,9 +289,9 @@
 /// on the kernel (B = Tr or Va read in place, dS transposed once; a last
 /// odd column of hv as two matrix-vector products) where row_combos does
 /// not take it (use_row_combos). On an AMD EPYC Zen 5 (family 26, AVX-512)
-/// a 100k-token document's splits at one label took 11.4 ms against 14.3
-/// for Eigen's GEMM, 20k tokens' at 50 labels 109 against 144 ms (data
-/// hot, best of 9). 0 (Eigen's GEMM) where the target lacks AVX-512: on an
+/// a 100k-token document's splits at one label took 11.2-11.4 ms against
+/// 14.3-14.9 for Eigen's GEMM, 20k tokens' at 50 labels 109 against
+/// 144-149 ms (data hot, best of 9, two runs). 0 (Eigen's GEMM) where the target lacks AVX-512: on an
 /// AVX2 EPYC the kernel won alone (one label, n = 13-100: 40-76 against
 /// 35-59 GFLOP/s) but a training step over 100k tokens took 0.93-1.17 s
 /// with it against 0.92-1.15 without (four alternated rounds).

@@ -133,14 +133,18 @@ struct avx2_backend {
         return std::max({packed_elements(d, max_len), score_backward_elements(d, max_len),
                          gemm_packed_size(d.hv(), d.hu()), dw, input_elements(d, rows)});
     }
-    /// Rows per step when N rows go in steps of at most `most`, as even as
-    /// that many steps allow: 2,615 rows in 11 steps of 238 or fewer, not
-    /// ten of 256 and one of 55 (the weight gradients' depth).
-    static std::size_t even_step(std::size_t N, std::size_t most) noexcept
-    {
-        const std::size_t steps = (N + most - 1) / most;
-        return steps == 0 ? 0 : (N + steps - 1) / steps;
-    }
+    /// N rows in as few chunks of at most `most` as will do, their sizes
+    /// differing by at most one (chunk i has size(i) rows): 2,615 rows in 11
+    /// chunks of 238 or 237, not ten of 256 and one of 55 (the depth of the
+    /// weight gradients' products).
+    struct even_chunks {
+        std::size_t count, base, extra;
+        even_chunks(std::size_t N, std::size_t most) noexcept
+            : count((N + most - 1) / most), base(count == 0 ? 0 : N / count), extra(count == 0 ? 0 : N % count)
+        {
+        }
+        std::size_t size(std::size_t i) const noexcept { return base + (i < extra ? 1 : 0); }
+    };
     /// The input backward's largest chunk of a batch of N rows, and its part of
     /// `packed`: [Wh; Wd] packed; the chunk's X packed, later its dX; dZ^T
     /// of one side; dZ of both.
@@ -462,9 +466,9 @@ struct avx2_backend {
         T* const col = dt_packed + gemm_packed_size(dw_chunk, m);  // [dw_chunk] its last column (m < hv)
         T* const sums = col + dw_chunk;                            // [hu]
         const auto ld = static_cast<std::ptrdiff_t>(dw_ld);
-        const std::size_t step = even_step(N, dw_chunk);
-        for (std::size_t k0 = 0; k0 < N; k0 += step) {
-            const std::size_t kc = std::min(step, N - k0);
+        const even_chunks chunks(N, dw_chunk);
+        for (std::size_t c = 0, k0 = 0; c < chunks.count; k0 += chunks.size(c), ++c) {
+            const std::size_t kc = chunks.size(c);
             transpose_block(u + k0 * hu, hu_s, kc, hu, packed, ld);
             for (std::size_t k = 0; k < o; ++k) {
                 const T* dtk = dt + k0 * o * hv + k * hv;
@@ -566,9 +570,9 @@ struct avx2_backend {
         add.accumulate = true;
         auto x_rows = walk_rows([&](std::size_t k) { return read_only(X[k]); });
         auto dx_rows = walk_rows([&](std::size_t k) { return dX[k]; });
-        const std::size_t step = even_step(N, chunk);
-        for (std::size_t k0 = 0; k0 < N; k0 += step) {
-            const std::size_t kc = std::min(step, N - k0);
+        const even_chunks chunks(N, chunk);
+        for (std::size_t c = 0, k0 = 0; c < chunks.count; k0 += chunks.size(c), ++c) {
+            const std::size_t kc = chunks.size(c);
             for (std::size_t q = 0; q < kc;) {  // X's rows, run by run
                 const auto run = x_rows.take(kc - q);
                 gemm_pack_b_rows(run.x.data + static_cast<std::ptrdiff_t>(run.first) * run.x.row_stride,
