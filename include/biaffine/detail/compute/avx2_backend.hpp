@@ -209,11 +209,12 @@ struct avx2_backend {
 
     // Columns of a label's block of W through the kernel: all but a last
     // odd one (see bilinear_left).
-    static std::size_t kernel_columns(const scorer_dims& d) noexcept
+    static std::size_t kernel_columns(std::size_t hv) noexcept
     {
-        const std::size_t hv = d.hv(), full = hv / gemm_panel * gemm_panel;
+        const std::size_t full = hv / gemm_panel * gemm_panel;
         return hv - full == 1 && full != 0 ? full : hv;
     }
+    static std::size_t kernel_columns(const scorer_dims& d) noexcept { return kernel_columns(d.hv()); }
     static std::size_t label_packed_elements(const scorer_dims& d) noexcept
     {
         return gemm_packed_size(d.hu(), kernel_columns(d));
@@ -387,38 +388,31 @@ struct avx2_backend {
             return;
         }
         const auto nn = static_cast<std::size_t>(n), hv = static_cast<std::size_t>(va.cols());
-        const std::size_t no = nn * labels, full = hv / gemm_panel * gemm_panel;
-        const bool last_column = hv - full == 1 && full != 0;
-        const std::size_t m = last_column ? full : hv;  // columns through the kernel
+        const std::size_t no = nn * labels, m = kernel_columns(hv);  // columns through the kernel
         const auto hv_s = static_cast<std::ptrdiff_t>(hv), n_s = static_cast<std::ptrdiff_t>(n);
         T* const dst = packed;          // dS^T [no, n]
         T* const rest = dst + no * nn;  // the last panel, or the last column's vectors
         transpose_block(ds.data, ds.row_stride, nn, no, dst, n_s);
         gemm_rowmajor_b(ds.data, ds.row_stride, nn, no, t_rows, hv_s, m, rest, dva.data(), dva.outerStride());
         gemm_rowmajor_b(dst, n_s, no, nn, va.data(), va.outerStride(), m, rest, dt_rows, hv_s);
-        if (!last_column) return;
-        // Column `full`: dVa[:, full] = dS Tr[:, full], dTr[:, full] = dS^T Va[:, full].
+        if (m == hv) return;
+        // Column m: dVa[:, m] = dS Tr[:, m], dTr[:, m] = dS^T Va[:, m].
         T* const col = rest;        // [no] Tr's column, then Va's [n]
         T* const sums = rest + no;  // [no]
-        for (std::size_t r = 0; r < no; ++r) col[r] = t_rows[r * hv + full];
+        for (std::size_t r = 0; r < no; ++r) col[r] = t_rows[r * hv + m];
         column_combination(dst, n_s, no, nn, col, sums);
-        const auto last = static_cast<Eigen::Index>(full);
+        const auto last = static_cast<Eigen::Index>(m);
         for (Eigen::Index i = 0; i < n; ++i) dva(i, last) = sums[i];
         for (Eigen::Index i = 0; i < n; ++i) col[i] = va(i, last);
         column_combination(ds.data, ds.row_stride, nn, no, col, sums);
-        for (std::size_t r = 0; r < no; ++r) dt_rows[r * hv + full] = sums[r];
+        for (std::size_t r = 0; r < no; ++r) dt_rows[r * hv + m] = sums[r];
     }
 
     // y [n] = sum_k x[k] a[k * lda, n): rows of A combined, eight lanes at
-    // a time (add_column_combination: y += that).
+    // a time.
     static void column_combination(const T* a, std::ptrdiff_t lda, std::size_t K, std::size_t n, const T* x, T* y)
     {
         std::fill(y, y + n, T(0));
-        add_column_combination(a, lda, K, n, x, y);
-    }
-    static void add_column_combination(const T* a, std::ptrdiff_t lda, std::size_t K, std::size_t n, const T* x,
-                                       T* y)
-    {
         const std::size_t n8 = n / 8 * 8;
         for (std::size_t k = 0; k < K; ++k) {
             const T* ak = a + static_cast<std::ptrdiff_t>(k) * lda;
