@@ -614,11 +614,34 @@ TEST_CASE("avx2 backend: split scores equal a double loop on every path", "[back
     // takes an odd number of them; else Eigen.
     REQUIRE(kernel_score_rows(36, 4) == (BIAFFINE_AVX2_SCORES_ODD_PANELS ? 36 : 0));
     REQUIRE(kernel_score_rows(48, 4) == (BIAFFINE_AVX2_SCORES_ODD_PANELS ? 48 : 0));
+    // Before all of that, on AVX-512 targets, short splits take zmm_dots: up
+    // to BIAFFINE_AVX512_DOTS_MAX_N tokens or _MAX_ROWS rows of Tr (24 and
+    // 47 by default); nowhere else.
+    using biaffine::detail::use_zmm_dots;
+    const bool zmm = BIAFFINE_DETAIL_ZMM_SMALL;
+    const auto dots_n = static_cast<Eigen::Index>(BIAFFINE_AVX512_DOTS_MAX_N);
+    const auto dots_rows = static_cast<Eigen::Index>(BIAFFINE_AVX512_DOTS_MAX_ROWS);
+    REQUIRE(!use_zmm_dots(0, 1));
+    REQUIRE(use_zmm_dots(5, 50) == zmm);
+    REQUIRE(use_zmm_dots(dots_n, 50) == zmm);
+    REQUIRE(!use_zmm_dots(std::max(dots_n, dots_rows / 2) + 1, 2));
+    REQUIRE(use_zmm_dots(dots_rows, 1) == zmm);
+    REQUIRE(!use_zmm_dots(std::max(dots_n, dots_rows) + 1, 1));
     check_split_scores<biaffine::detail::avx2_backend, float>("avx2");
 }
 
 TEST_CASE("avx2 backend: split score backward equals double loops on every path", "[backend]")
 {
+    // zmm_combos on AVX-512 targets up to BIAFFINE_AVX512_COMBOS_MAX_ROWS
+    // rows of Tr (2048 by default: at 50 labels n <= 40; of the sizes
+    // below n = 51 and 100 then take the kernel); nowhere else.
+    using biaffine::detail::use_zmm_combos;
+    const bool zmm = BIAFFINE_DETAIL_ZMM_SMALL;
+    const auto combos_rows = static_cast<Eigen::Index>(BIAFFINE_AVX512_COMBOS_MAX_ROWS);
+    REQUIRE(!use_zmm_combos(0, 1));
+    REQUIRE(use_zmm_combos(5, 1) == zmm);
+    REQUIRE(use_zmm_combos(combos_rows / 50, 50) == zmm);
+    REQUIRE(!use_zmm_combos(combos_rows / 50 + 1, 50));
     check_split_scores_backward<biaffine::detail::avx2_backend, float>("avx2");
 }
 

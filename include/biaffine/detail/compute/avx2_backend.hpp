@@ -15,8 +15,11 @@
 //     where the kernel's 16-column panels over n would be mostly empty, its
 //     full panels take the kernel and row_dots the rows left over, or the
 //     split goes to eigen_backend (kernel_score_rows);
-//   - backward: on AVX-512 targets a split's dVa = dS Tr and dTr = dS^T Va
-//     on the kernel, Tr and Va read in place; dU = sum_k dT_k W_k^T, dW_k +=
+//   - on AVX-512 targets a short split's scores and most splits' score
+//     backward in 512-bit registers with nothing packed (zmm_dots,
+//     zmm_combos of avx512_small.hpp: use_zmm_dots, use_zmm_combos);
+//   - backward: on AVX-512 targets a longer split's dVa = dS Tr and dTr =
+//     dS^T Va on the kernel, Tr and Va read in place; dU = sum_k dT_k W_k^T, dW_k +=
 //     Ua^T dT_k and the projections' weight and input gradients through the
 //     kernel's accumulating epilogue (a last odd column of hv apart); the
 //     relu backward (a vectorised select with the bias sums), dW and dX of
@@ -35,6 +38,7 @@
 
 #include "biaffine/config.hpp"
 #include "biaffine/detail/compute/avx2_kernel.hpp"
+#include "biaffine/detail/compute/avx512_small.hpp"
 #include "biaffine/detail/compute/eigen_backend.hpp"
 #include "biaffine/detail/compute/operands.hpp"
 #include "biaffine/tensor.hpp"
@@ -80,6 +84,25 @@ inline Eigen::Index kernel_score_rows(Eigen::Index n, std::size_t labels)
     return n - full <= BIAFFINE_AVX2_SCORES_DOTS_TAIL && kernel_panel_count(full / panel) ? full : 0;
 }
 
+/// Whether a split of n tokens takes zmm_dots for its scores: on AVX-512
+/// targets (BIAFFINE_AVX512_SMALL_PRODUCTS) up to
+/// BIAFFINE_AVX512_DOTS_MAX_N tokens or BIAFFINE_AVX512_DOTS_MAX_ROWS rows
+/// of Tr.
+inline bool use_zmm_dots(Eigen::Index n, std::size_t labels)
+{
+    return BIAFFINE_DETAIL_ZMM_SMALL && n > 0 &&
+           (n <= BIAFFINE_AVX512_DOTS_MAX_N ||
+            static_cast<std::size_t>(n) * labels <= static_cast<std::size_t>(BIAFFINE_AVX512_DOTS_MAX_ROWS));
+}
+
+/// Whether a split of n tokens takes zmm_combos for its score backward: on
+/// AVX-512 targets up to BIAFFINE_AVX512_COMBOS_MAX_ROWS rows of Tr.
+inline bool use_zmm_combos(Eigen::Index n, std::size_t labels)
+{
+    return BIAFFINE_DETAIL_ZMM_SMALL && n > 0 &&
+           static_cast<std::size_t>(n) * labels <= static_cast<std::size_t>(BIAFFINE_AVX512_COMBOS_MAX_ROWS);
+}
+
 /// See eigen_backend for what each operation computes; float only.
 struct avx2_backend {
     using T = float;
@@ -90,6 +113,9 @@ struct avx2_backend {
         "time, scored while in L2; a last odd column: one more product over all labels, or with few labels Eigen "
         "matrix-vector), dU, dW, input backward: "
         BIAFFINE_DETAIL_GEMM_KERNEL_NAME "; per-split scores: "
+#if BIAFFINE_DETAIL_ZMM_SMALL
+        "short splits (use_zmm_dots) as 4 x 4 blocks of dot products in AVX-512 registers, longer ones "
+#endif
         "the kernel on all of a split's rows where its panels fill, else on its full 16-row panels with row_dots for "
         "the rows left over (kernel_score_rows), else row_dots (short splits: use_row_dots) or Eigen "
         "GEMM"
@@ -97,6 +123,10 @@ struct avx2_backend {
         " (with many labels Eigen GEMM for an odd number of panels above one, and for rows left over)"
 #endif
         "; per-split score backward: "
+#if BIAFFINE_DETAIL_ZMM_SMALL
+        "up to BIAFFINE_AVX512_COMBOS_MAX_ROWS rows of Tr (use_zmm_combos) as combinations of whole rows in "
+        "AVX-512 registers, longer splits "
+#endif
 #if BIAFFINE_AVX2_SCORES_BACKWARD
         BIAFFINE_DETAIL_GEMM_KERNEL_NAME " with B read in place (short splits: row_combos)";
 #else
@@ -339,11 +369,19 @@ struct avx2_backend {
         }
     }
 
-    // Rows [0, k) of S through the kernel (kernel_score_rows), the rest by
-    // row_dots: S's rows are Va's, so the two parts write disjoint rows.
+    // Short splits by zmm_dots (use_zmm_dots); else rows [0, k) of S
+    // through the kernel (kernel_score_rows), the rest by row_dots: S's rows
+    // are Va's, so the two parts write disjoint rows.
     static void split_scores(const_row_map<T> va, const T* t_rows, std::size_t labels, score_view<T> s, T* packed)
     {
         const auto n = va.rows();
+#if BIAFFINE_DETAIL_ZMM_SMALL
+        if (use_zmm_dots(n, labels)) {
+            const Eigen::Index hv = va.cols(), no = n * static_cast<Eigen::Index>(labels);
+            zmm_dots(va.data(), va.outerStride(), n, t_rows, hv, no, hv, s.data, s.row_stride);
+            return;
+        }
+#endif
         const Eigen::Index k = n == 0 ? 0 : kernel_score_rows(n, labels);
         if (k == 0) {
             eigen_backend<T>::split_scores(va, t_rows, labels, s, packed);
@@ -373,8 +411,9 @@ struct avx2_backend {
         return no * max_len + tail;
     }
 
-    // dVa = dS Tr and dTr = dS^T Va on the kernel with Tr and Va read in
-    // place (gemm_rowmajor_b) and dS transposed into `packed`; a last odd
+    // dVa = dS Tr and dTr = dS^T Va by zmm_combos (use_zmm_combos: dS read
+    // by strides both ways); else on the kernel with Tr and Va read in
+    // place (gemm_rowmajor_b) and dS transposed into `packed`, a last odd
     // column of hv (the bias column at h = 128, which would take a panel of
     // its own) as two column combinations. Short splits (use_row_combos),
     // and every split where BIAFFINE_AVX2_SCORES_BACKWARD is 0, take
@@ -383,6 +422,14 @@ struct avx2_backend {
                                       score_view<const T> ds, row_map<T> dva, T* dt_rows, T* packed)
     {
         const Eigen::Index n = va.rows();
+#if BIAFFINE_DETAIL_ZMM_SMALL
+        if (use_zmm_combos(n, labels)) {
+            const Eigen::Index hv = va.cols(), no = n * static_cast<Eigen::Index>(labels);
+            zmm_combos(ds.data, ds.row_stride, 1, n, no, t_rows, hv, hv, dva.data(), dva.outerStride());
+            zmm_combos(ds.data, 1, ds.row_stride, no, n, va.data(), va.outerStride(), hv, dt_rows, hv);
+            return;
+        }
+#endif
         if (!BIAFFINE_AVX2_SCORES_BACKWARD || n == 0 || use_row_combos(n, labels)) {
             eigen_backend<T>::split_scores_backward(va, t_rows, labels, ds, dva, dt_rows, packed);
             return;
