@@ -57,7 +57,7 @@ void softmax_backward(score_view<const T> y, score_view<const T> dy, score_view<
     }
 }
 
-// Asks for `count` elements from `p` on to be brought into cache: the next
+// Asks for `count` elements from `p` on to be brought into cache: a later
 // split's rows of V while this one is scored (the projections wrote them
 // long before). 1M tokens, o = 1, 2 threads: 1.008 / 1.045 / 1.000 s
 // against 1.038 / 1.044 / 1.032 (alternated, Zen 4 EPYC, AVX-512).
@@ -71,6 +71,19 @@ inline void prefetch_rows(const T* p, std::size_t count) noexcept
     (void)p;
     (void)count;
 #endif
+}
+
+// The per-split loops' prefetch: at split k, fetch(j) for the split
+// BIAFFINE_PREFETCH_SPLITS_AHEAD on (and, at k = 0, for the ones before it).
+template <class Fetch>
+inline void prefetch_ahead(std::size_t k, std::size_t count, Fetch&& fetch)
+{
+    constexpr std::size_t ahead = BIAFFINE_PREFETCH_SPLITS_AHEAD;
+    if (ahead == 0) return;
+    if (k == 0) {
+        for (std::size_t j = 1; j < ahead && j < count; ++j) fetch(j);
+    }
+    if (k + ahead < count) fetch(k + ahead);
 }
 
 // A dense `[n, n, o]` view of one split's owned scores.
@@ -255,7 +268,9 @@ void biaffine_scorer<T>::predict_into(const Items& X, Dest&& dest, Done&& done) 
     score_splits(u.data(), off.data(), count, t.data(), false, packed.data(),
                  [&](std::size_t k, const T* t_rows, T* rest) {
                      const std::size_t n = off[k + 1] - off[k];
-                     if (k + 1 < count) detail::prefetch_rows(va + off[k + 1] * hv(), (off[k + 2] - off[k + 1]) * hv());
+                     detail::prefetch_ahead(k, count, [&](std::size_t j) {
+                         detail::prefetch_rows(va + off[j] * hv(), (off[j + 1] - off[j]) * hv());
+                     });
                      score_view<T> s = dest(k, n);
                      backend::split_scores(detail::const_row_block(va + off[k] * hv(), n, hv()), t_rows, o, s, rest);
                      done(k, s);
@@ -294,7 +309,9 @@ typename biaffine_scorer<T>::backprop_type biaffine_scorer<T>::forward_into(cons
     // T for every row (backward reads it), written a group at a time.
     score_splits(u, sb.off.data(), count, t, true, packed.data(), [&](std::size_t k, const T* t_rows, T* rest) {
         const std::size_t n = sb.off[k + 1] - sb.off[k];
-        if (k + 1 < count) detail::prefetch_rows(v + sb.off[k + 1] * hv(), (sb.off[k + 2] - sb.off[k + 1]) * hv());
+        detail::prefetch_ahead(k, count, [&](std::size_t j) {
+            detail::prefetch_rows(v + sb.off[j] * hv(), (sb.off[j + 1] - sb.off[j]) * hv());
+        });
         score_view<T> s = dest(k, n);
         backend::split_scores(detail::const_row_block(v + sb.off[k] * hv(), n, hv()), t_rows, o, s, rest);
         if (sb.softmax) detail::softmax_last_axis(s);
@@ -331,11 +348,12 @@ void biaffine_scorer<T>::backward(const saved_batch& sb, span<const score_view<c
     scratch<T> ds(sb.softmax ? n_s : 0);
     for (std::size_t k = 0; k < count; ++k) {
         const std::size_t n = sb.views[k].rows;
-        // The next split's operands, while this one computes: they come from
+        // A later split's operands, while this one computes: they come from
         // memory (kept since the forward, or the caller's), and the loop
-        // took 7% less time with them prefetched (100k tokens, o = 1, AMD
-        // EPYC Zen 5, three alternated runs).
-        if (k + 1 < count) prefetch_split(sb, dY[k + 1], k + 1, v, t);
+        // took 7% less time with the next one's prefetched (100k tokens, o =
+        // 1, AMD EPYC Zen 5, three alternated runs); see
+        // BIAFFINE_PREFETCH_SPLITS_AHEAD for the distance.
+        detail::prefetch_ahead(k, count, [&](std::size_t j) { prefetch_split(sb, dY[j], j, v, t); });
         const auto va = detail::const_row_block(v + off[k] * hv(), n, hv());
         const T* t_rows = t + off[k] * o * hv();
         score_view<const T> g = dY[k];

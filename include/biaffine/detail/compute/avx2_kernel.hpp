@@ -126,13 +126,18 @@ void gemm_pack_b(const T* b, std::ptrdiff_t rs, std::ptrdiff_t cs, std::size_t K
 /// gemm_pack_b packs it, from n rows that lie elsewhere: element (k0 + i, m)
 /// at src[i * rs + m * cs] (a run of one split's rows, any strides), so the
 /// splits of a batch are packed without being gathered first. Each row is
-/// read once, front to back.
+/// read once, front to back; with `ahead` > 0 (and unit column stride) row
+/// i + ahead of the n is prefetched into L1 while row i is packed.
 inline void gemm_pack_b_rows(const float* src, std::ptrdiff_t rs, std::ptrdiff_t cs, std::size_t n, std::size_t M,
-                             std::size_t K, std::size_t k0, float* out)
+                             std::size_t K, std::size_t k0, float* out, std::size_t ahead = 0)
 {
     const std::size_t full = M / gemm_panel * gemm_panel;
     for (std::size_t i = 0; i < n; ++i, src += rs) {
         float* dst = out + (k0 + i) * gemm_panel;
+        if (ahead != 0 && cs == 1 && i + ahead < n) {
+            const float* next = src + static_cast<std::ptrdiff_t>(ahead) * rs;
+            for (std::size_t j = 0; j < M; j += 16) _mm_prefetch(reinterpret_cast<const char*>(next + j), _MM_HINT_T0);
+        }
         if (cs == 1) {
             for (std::size_t j0 = 0; j0 < full; j0 += gemm_panel, dst += gemm_panel * K) {
                 _mm256_storeu_ps(dst, _mm256_loadu_ps(src + j0));
