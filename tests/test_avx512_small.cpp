@@ -69,7 +69,8 @@ TEST_CASE("zmm_dots equals a double loop at every block edge, depth and stride",
             for (std::size_t m : sizes) {
                 INFO("n " << n << " m " << m << " k " << k);
                 const std::size_t lda = k + 3, ldb = k + 5, ldc = m + 2;
-                const auto a = random_floats(n * lda, gen), b = random_floats(m * ldb, gen);
+                // The last row ends the buffer: a read past its k floats would leave it.
+                const auto a = random_floats((n - 1) * lda + k, gen), b = random_floats((m - 1) * ldb + k, gen);
                 guarded_matrix c(n, m, ldc);
                 biaffine::detail::zmm_dots(a.data(), static_cast<std::ptrdiff_t>(lda), static_cast<std::ptrdiff_t>(n),
                                            b.data(), static_cast<std::ptrdiff_t>(ldb), static_cast<std::ptrdiff_t>(m),
@@ -78,7 +79,8 @@ TEST_CASE("zmm_dots equals a double loop at every block edge, depth and stride",
                 for (std::size_t i = 0; i < n; ++i)
                     for (std::size_t j = 0; j < m; ++j) {
                         double want = 0.0;
-                        for (std::size_t p = 0; p < k; ++p) want += static_cast<double>(a[i * lda + p]) * b[j * ldb + p];
+                        for (std::size_t p = 0; p < k; ++p)
+                            want += static_cast<double>(a[i * lda + p]) * b[j * ldb + p];
                         worst = std::max(worst, std::abs(c.at(i, j) - want));
                     }
                 REQUIRE(worst < tolerance(k));
@@ -88,7 +90,7 @@ TEST_CASE("zmm_dots equals a double loop at every block edge, depth and stride",
     }
 }
 
-TEST_CASE("zmm_dots of nothing writes nothing", "[avx512_small]")
+TEST_CASE("zmm_dots and zmm_combos of nothing write nothing", "[avx512_small]")
 {
     std::mt19937 gen(12);
     const auto a = random_floats(64, gen), b = random_floats(64, gen);
@@ -99,12 +101,18 @@ TEST_CASE("zmm_dots of nothing writes nothing", "[avx512_small]")
     CHECK(none.untouched_outside());
     CHECK(no_rows.untouched_outside());
     CHECK(no_cols.untouched_outside());
-    // k = 0: every dot is an empty sum.
-    guarded_matrix zero(3, 5, 7);
-    biaffine::detail::zmm_dots(a.data(), 8, 3, b.data(), 8, 5, 0, zero.data(), 7);
-    for (std::size_t i = 0; i < 3; ++i)
-        for (std::size_t j = 0; j < 5; ++j) CHECK(zero.at(i, j) == 0.0f);
-    CHECK(zero.untouched_outside());
+    // k = 0: every dot is an empty sum (blocks of fewer rows and of four).
+    for (std::size_t n : {std::size_t(3), std::size_t(6)}) {
+        guarded_matrix zero(n, 5, 7);
+        biaffine::detail::zmm_dots(a.data(), 8, static_cast<std::ptrdiff_t>(n), b.data(), 8, 5, 0, zero.data(), 7);
+        for (std::size_t i = 0; i < n; ++i)
+            for (std::size_t j = 0; j < 5; ++j) CHECK(zero.at(i, j) == 0.0f);
+        CHECK(zero.untouched_outside());
+    }
+    // zmm_combos with no columns writes nothing.
+    guarded_matrix no_combo_cols(5, 0, 3);
+    biaffine::detail::zmm_combos(a.data(), 8, 1, 5, 4, b.data(), 8, 0, no_combo_cols.data(), 3);
+    CHECK(no_combo_cols.untouched_outside());
 }
 
 TEST_CASE("zmm_combos equals a double loop for A plain and transposed, every row block and column count",
@@ -123,9 +131,11 @@ TEST_CASE("zmm_combos equals a double loop for A plain and transposed, every row
                     // A (i, q) at a[i * a_rs + q * a_cs]: rows p + 2 apart, or
                     // stored as A^T with rows n + 3 apart.
                     const std::size_t a_rs = transposed ? 1 : p + 2, a_cs = transposed ? n + 3 : 1;
-                    const auto a = random_floats(std::max<std::size_t>(1, n * a_rs + p * a_cs), gen);
+                    // Both end where their last element is: a read past it would leave them.
+                    const std::size_t a_size = p == 0 ? 1 : (n - 1) * a_rs + (p - 1) * a_cs + 1;
+                    const auto a = random_floats(a_size, gen);
                     const std::size_t ldb = k + 3, ldc = k + 7;
-                    const auto b = random_floats(std::max<std::size_t>(1, p * ldb), gen);
+                    const auto b = random_floats(p == 0 ? 1 : (p - 1) * ldb + k, gen);
                     guarded_matrix c(n, k, ldc);
                     biaffine::detail::zmm_combos(a.data(), static_cast<std::ptrdiff_t>(a_rs),
                                                  static_cast<std::ptrdiff_t>(a_cs), static_cast<std::ptrdiff_t>(n),

@@ -92,7 +92,8 @@ std::size_t score_backward_scratch(const scorer_dims& dims, std::size_t n)
 // split_scores_backward against double loops: dVa = dS Tr and dTr = dS^T Va
 // (both overwritten: they start as garbage), with strides wider than the rows
 // of Va, dS and dVa. Sizes on every path (row_combos, Eigen's GEMM, the
-// kernel's), hv one past a multiple of 16 (its last column apart), not, and
+// kernel's; on AVX-512 targets zmm_combos takes the sizes row_combos would,
+// and test_backend_no_zmm_small runs this without it), hv one past a multiple of 16 (its last column apart), not, and
 // below 16; the backend's scratch sized by score_backward_scratch, guarded
 // past its end.
 template <class Backend, class T>
@@ -627,6 +628,10 @@ TEST_CASE("avx2 backend: split scores equal a double loop on every path", "[back
     REQUIRE(!use_zmm_dots(std::max(dots_n, dots_rows / 2) + 1, 2));
     REQUIRE(use_zmm_dots(dots_rows, 1) == zmm);
     REQUIRE(!use_zmm_dots(std::max(dots_n, dots_rows) + 1, 1));
+    // ... and the backend says so where it says what runs each operation.
+    const char* ops = biaffine::detail::avx2_backend::operations;
+    REQUIRE((std::strstr(ops, "use_zmm_dots") != nullptr) == zmm);
+    REQUIRE((std::strstr(ops, "use_zmm_combos") != nullptr) == zmm);
     check_split_scores<biaffine::detail::avx2_backend, float>("avx2");
 }
 

@@ -521,3 +521,24 @@ TEMPLATE_TEST_CASE("a batch of only empty splits scores to empty outputs on ever
         }
     }
 }
+
+TEST_CASE("the per-split loops prefetch each later split once, before its turn", "[scorer]")
+{
+    // prefetch_ahead(k, count, fetch) at each k: every split from 1 on fetched
+    // exactly once, at a k before its own and no more than
+    // BIAFFINE_PREFETCH_SPLITS_AHEAD before it; nothing at or past count.
+    constexpr std::size_t ahead = BIAFFINE_PREFETCH_SPLITS_AHEAD;
+    for (std::size_t count = 0; count <= 6; ++count) {
+        INFO("count " << count);
+        std::vector<int> times(count, 0);
+        for (std::size_t k = 0; k < count; ++k) {
+            biaffine::detail::prefetch_ahead(k, count, [&](std::size_t j) {
+                REQUIRE(j < count);
+                REQUIRE(j > k);
+                REQUIRE(j - k <= ahead);
+                ++times[j];
+            });
+        }
+        for (std::size_t j = 0; j < count; ++j) CHECK(times[j] == (j == 0 || ahead == 0 ? 0 : 1));
+    }
+}

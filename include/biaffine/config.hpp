@@ -300,11 +300,13 @@
 #endif
 /// 1: the backward of a split's scores, dVa = dS Tr and dTr = dS^T Va, runs
 /// on the kernel (B = Tr or Va read in place, dS transposed once; a last
-/// odd column of hv as two matrix-vector products) where row_combos does
-/// not take it (use_row_combos). On an AMD EPYC Zen 5 (family 26, AVX-512)
+/// odd column of hv as two matrix-vector products) where neither zmm_combos
+/// (BIAFFINE_AVX512_SMALL_PRODUCTS, which goes first) nor row_combos
+/// (use_row_combos) takes it. On an AMD EPYC Zen 5 (family 26, AVX-512)
 /// a 100k-token document's splits at one label took 11.2-11.4 ms against
 /// 14.3-14.9 for Eigen's GEMM, 20k tokens' at 50 labels 109 against
-/// 144-149 ms (data hot, best of 9, two runs). 0 (Eigen's GEMM) where the target lacks AVX-512: on an
+/// 144-149 ms (data hot, best of 9, two runs). 0 (Eigen's GEMM for those
+/// splits) where the target lacks AVX-512: on an
 /// AVX2 EPYC the kernel won alone (one label, n = 13-100: 40-76 against
 /// 35-59 GFLOP/s) but a training step over 100k tokens took 0.93-1.17 s
 /// with it against 0.92-1.15 without (four alternated rounds).
@@ -346,11 +348,13 @@
 #define BIAFFINE_AVX512_DOTS_MAX_ROWS 47
 #endif
 /// zmm_combos takes the backward of a split with at most this many rows of
-/// Tr (n * labels): it reads all of Tr once per three rows of dVa, so past
-/// L2 the kernel's packed panels win. Same CPU, a 100k-token document's
-/// lengths at 50 labels, data hot: n = 9-16 / 17-24 / 33-40 / 41-48 / 57-64
-/// at 235 / 234 / 220 / 210 / 197 GFLOP/s against the kernel's 166 / 184 /
-/// 207 / 211 / 216.
+/// Tr (n * labels): it reads all of Tr once per three rows of dVa (and all
+/// of Va once per three rows of dTr), so once they leave L2 the kernel's
+/// packed panels win. Same CPU, data hot, GFLOP/s: a 100k-token document's
+/// lengths at 50 labels, n = 9-16 / 17-24 / 33-40 / 41-48 / 57-64 at 235 /
+/// 234 / 220 / 210 / 197 against the kernel's 166 / 184 / 207 / 211 / 216;
+/// one label, n = 300 / 600 / 800 at 230 / 235 / 233 against 210 / 207 /
+/// 208 (longer splits at one label were not measured).
 #ifndef BIAFFINE_AVX512_COMBOS_MAX_ROWS
 #define BIAFFINE_AVX512_COMBOS_MAX_ROWS 2048
 #endif

@@ -43,6 +43,10 @@
 #include "biaffine/detail/compute/operands.hpp"
 #include "biaffine/tensor.hpp"
 
+// A macro's value as a string literal (the `operations` text).
+#define BIAFFINE_DETAIL_STRINGIFY_(x) #x
+#define BIAFFINE_DETAIL_STRINGIFY(x) BIAFFINE_DETAIL_STRINGIFY_(x)
+
 namespace biaffine {
 namespace detail {
 
@@ -114,21 +118,30 @@ struct avx2_backend {
         "matrix-vector), dU, dW, input backward: "
         BIAFFINE_DETAIL_GEMM_KERNEL_NAME "; per-split scores: "
 #if BIAFFINE_DETAIL_ZMM_SMALL
-        "short splits (use_zmm_dots) as 4 x 4 blocks of dot products in AVX-512 registers, longer ones "
+        "splits of up to " BIAFFINE_DETAIL_STRINGIFY(BIAFFINE_AVX512_DOTS_MAX_N) " tokens or "
+        BIAFFINE_DETAIL_STRINGIFY(BIAFFINE_AVX512_DOTS_MAX_ROWS) " rows of Tr (use_zmm_dots) as 4 x 4 blocks of dot "
+        "products in AVX-512 registers, longer ones "
 #endif
         "the kernel on all of a split's rows where its panels fill, else on its full 16-row panels with row_dots for "
-        "the rows left over (kernel_score_rows), else row_dots (short splits: use_row_dots) or Eigen "
-        "GEMM"
+        "the rows left over (kernel_score_rows), else "
+#if !BIAFFINE_DETAIL_ZMM_SMALL
+        "row_dots (short splits: use_row_dots) or "
+#endif
+        "Eigen GEMM"
 #if !BIAFFINE_AVX2_SCORES_ODD_PANELS
         " (with many labels Eigen GEMM for an odd number of panels above one, and for rows left over)"
 #endif
         "; per-split score backward: "
 #if BIAFFINE_DETAIL_ZMM_SMALL
-        "up to BIAFFINE_AVX512_COMBOS_MAX_ROWS rows of Tr (use_zmm_combos) as combinations of whole rows in "
-        "AVX-512 registers, longer splits "
+        "splits of up to " BIAFFINE_DETAIL_STRINGIFY(BIAFFINE_AVX512_COMBOS_MAX_ROWS) " rows of Tr "
+        "(use_zmm_combos) as combinations of whole rows in AVX-512 registers, longer ones "
 #endif
 #if BIAFFINE_AVX2_SCORES_BACKWARD
-        BIAFFINE_DETAIL_GEMM_KERNEL_NAME " with B read in place (short splits: row_combos)";
+        BIAFFINE_DETAIL_GEMM_KERNEL_NAME " with B read in place"
+#if !BIAFFINE_DETAIL_ZMM_SMALL
+        " (short splits: row_combos)"
+#endif
+        ;
 #else
         "row_combos or Eigen GEMM";
 #endif
@@ -412,12 +425,13 @@ struct avx2_backend {
     }
 
     // dVa = dS Tr and dTr = dS^T Va by zmm_combos (use_zmm_combos: dS read
-    // by strides both ways); else on the kernel with Tr and Va read in
-    // place (gemm_rowmajor_b) and dS transposed into `packed`, a last odd
-    // column of hv (the bias column at h = 128, which would take a panel of
-    // its own) as two column combinations. Short splits (use_row_combos),
-    // and every split where BIAFFINE_AVX2_SCORES_BACKWARD is 0, take
-    // eigen_backend's row_combos or GEMM.
+    // by strides both ways), whatever BIAFFINE_AVX2_SCORES_BACKWARD says;
+    // else on the kernel with Tr and Va read in place (gemm_rowmajor_b) and
+    // dS transposed into `packed`, a last odd column of hv (the bias column
+    // at h = 128, which would take a panel of its own) as two column
+    // combinations. Of the rest, short splits (use_row_combos), and every
+    // split where BIAFFINE_AVX2_SCORES_BACKWARD is 0, take eigen_backend's
+    // row_combos or GEMM.
     static void split_scores_backward(const_row_map<T> va, const T* t_rows, std::size_t labels,
                                       score_view<const T> ds, row_map<T> dva, T* dt_rows, T* packed)
     {
