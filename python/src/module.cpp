@@ -15,6 +15,8 @@
 
 #include <biaffine/biaffine.hpp>
 
+#include "build_info.hpp"
+
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -750,10 +752,16 @@ py::dict stats_dict(const biaffine::memory_stats& s)
 
 }  // namespace
 
-PYBIND11_MODULE(_biaffine, m)
+// python/CMakeLists.txt builds this once per ISA variant, as _biaffine_<variant>.
+#ifndef BIAFFINE_PY_MODULE
+#define BIAFFINE_PY_MODULE _biaffine
+#endif
+
+PYBIND11_MODULE(BIAFFINE_PY_MODULE, m)
 {
     m.doc() = "biaffine: split-batched biaffine scoring with bounded peak memory (C++ core)";
     m.attr("__version__") = biaffine::version_string;
+    biaffine_py::bind_build_info(m);
 
     // The exception hierarchy of include/biaffine/errors.hpp. biaffine::error
     // is a std::invalid_argument, so Error is a ValueError; OverflowError is
