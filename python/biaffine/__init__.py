@@ -18,6 +18,7 @@ _loader.load(__name__)
 from ._loader import ISAError, info  # noqa: E402,F401
 from ._biaffine import (  # noqa: E402,F401
     __version__,
+    abi_tag,
     Error,
     ShapeError,
     LengthError,

@@ -9,10 +9,7 @@
 
 #include <biaffine/biaffine.hpp>
 
-#if __has_include(<biaffine/abi.hpp>)
 #include <biaffine/abi.hpp>
-#define BIAFFINE_PY_HAVE_ABI_TAG 1
-#endif
 
 #ifndef BIAFFINE_PY_VARIANT
 #define BIAFFINE_PY_VARIANT "native"  // built outside python/CMakeLists.txt's variants
@@ -79,11 +76,7 @@ inline void bind_build_info(py::module_& m)
 #else
         d["blas"] = false;
 #endif
-#if defined(BIAFFINE_PY_HAVE_ABI_TAG)
         d["abi_tag"] = std::string(biaffine::abi_tag);
-#else
-        d["abi_tag"] = py::none();
-#endif
         d["compiler"] = __VERSION__;
         return d;
     }, "What this variant of the extension was compiled for: ISA, the backend of each operation, BLAS.");

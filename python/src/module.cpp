@@ -761,6 +761,9 @@ PYBIND11_MODULE(BIAFFINE_PY_MODULE, m)
 {
     m.doc() = "biaffine: split-batched biaffine scoring with bounded peak memory (C++ core)";
     m.attr("__version__") = biaffine::version_string;
+    // The ABI name this module was compiled under (include/biaffine/abi.hpp):
+    // version, float backend, ISA level.
+    m.attr("abi_tag") = biaffine::abi_tag;
     biaffine_py::bind_build_info(m);
 
     // The exception hierarchy of include/biaffine/errors.hpp. biaffine::error

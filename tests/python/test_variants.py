@@ -67,6 +67,8 @@ def test_variant_compiled_for_its_isa():
         assert {"avx2", "fma"} <= compiled and "avx512f" not in compiled
     elif d["variant"].startswith("avx512"):
         assert {"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"} <= compiled
+    # The ABI namespace (abi.hpp) names the ISA level the variant compiled for.
+    assert d["abi_tag"] == biaffine.abi_tag and d["abi_tag"].endswith("_" + d["variant"])
     # float32 runs on the library's kernel on both x86 variants (backend.hpp)
     # unless BLAS is linked; double on Eigen or BLAS.
     assert d["backends"]["float32"]["name"] == ("blas" if d["blas"] else "avx2")
