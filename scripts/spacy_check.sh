@@ -12,7 +12,8 @@
 # DEV (default: UD English EWT from ../shared/data/ud-english-ewt, CC BY-SA
 # 4.0, not shipped), converts them with `spacy convert`, runs `spacy train` for
 # STEPS (default 300) steps and prints UAS / LAS from `spacy evaluate`.
-# Prints SKIPPED when PyPI or the data is not there. Not in .ci/run (it
+# BIAFFINE_PIP_SPEC=<wheel or directory> installs that biaffine instead of
+# this checkout. Prints SKIPPED when PyPI or the data is not there. Not in .ci/run (it
 # installs spaCy and trains for minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,12 +33,14 @@ mkdir -p "$w"
 if [ ! -x "$w/venv/bin/spacy" ]; then
   rm -rf "$w/venv"
   /usr/bin/python3 -m venv "$w/venv"
-  if ! "$w/venv/bin/pip" install -q "spacy>=3.7,<3.8" "spacy-experimental==0.6.4" 2>"$w/pip.err"; then
+  # click: spaCy 3.7.5's CLI imports it, and its typer no longer brings it.
+  if ! "$w/venv/bin/pip" install -q "spacy>=3.7,<3.8" "spacy-experimental==0.6.4" click 2>"$w/pip.err"; then
     echo "SKIPPED: cannot install spaCy 3.7 and spacy-experimental 0.6.4 from PyPI: $(tail -1 "$w/pip.err")"
     exit 0
   fi
 fi
-"$w/venv/bin/pip" install -q .
+# BIAFFINE_PIP_SPEC: what to install as biaffine (a wheel, another checkout); default this one.
+"$w/venv/bin/pip" install -q "${BIAFFINE_PIP_SPEC:-.}"
 py="$w/venv/bin/python"
 if "$py" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"; then
   echo "spacy_check: torch is installed in $w/venv; this check is about running without it" >&2
