@@ -39,14 +39,18 @@ if [ ! -x "$w/venv/bin/spacy" ]; then
     exit 0
   fi
 fi
-# BIAFFINE_PIP_SPEC: what to install as biaffine (a wheel, another checkout); default this one.
-"$w/venv/bin/pip" install -q "${BIAFFINE_PIP_SPEC:-.}"
+# BIAFFINE_PIP_SPEC: what to install as biaffine (a wheel, another checkout;
+# "installed": keep the venv's); default this checkout.
+if [ "${BIAFFINE_PIP_SPEC:-.}" != installed ]; then
+  "$w/venv/bin/pip" install -q "${BIAFFINE_PIP_SPEC:-.}"
+fi
 py="$w/venv/bin/python"
 if "$py" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"; then
   echo "spacy_check: torch is installed in $w/venv; this check is about running without it" >&2
   exit 1
 fi
-"$py" -m biaffine | head -3
+"$py" -m biaffine > "$w/info.txt"
+head -3 "$w/info.txt"
 
 # The first N sentences of a CoNLL-U file (sentences end at a blank line).
 head_sentences() { awk -v n="$2" 'BEGIN { RS = ""; ORS = "\n\n" } NR <= n' "$1"; }
@@ -56,7 +60,7 @@ head_sentences "$dev_in" 500 > "$w/conllu/dev.conllu"
 "$w/venv/bin/spacy" convert "$w/conllu/train.conllu" "$w/corpus" --converter conllu -n 10 > /dev/null
 "$w/venv/bin/spacy" convert "$w/conllu/dev.conllu" "$w/corpus" --converter conllu -n 10 > /dev/null
 
-cat > "$w/config.cfg" <<EOF
+cat > "$w/base.cfg" <<EOF
 [paths]
 train = "$w/corpus/train.spacy"
 dev = "$w/corpus/dev.spacy"
@@ -158,6 +162,8 @@ dep_las = 0.5
 
 [initialize]
 EOF
+# spaCy's defaults for everything the base config leaves out.
+"$w/venv/bin/spacy" init fill-config "$w/base.cfg" "$w/config.cfg" > /dev/null
 echo "spacy_check: spacy train, $steps steps ($(grep -c '^# sent_id' "$w/conllu/train.conllu") training sentences)"
 t0=$SECONDS
 "$w/venv/bin/spacy" train "$w/config.cfg" --output "$w/model"
