@@ -109,6 +109,8 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--ops", default="predict,train,heads",
+                    help="comma-separated subset of predict, train (forward+backward), heads")
     args = ap.parse_args(argv)
 
     rng = np.random.default_rng(0)
@@ -139,8 +141,12 @@ def main(argv=None):
         ("heads (50 labels)", "label_scorer.predict_heads", py_heads,
          lambda: label_scorer._time_cpp("predict_heads", docs, lengths, heads=heads, **kw)),
     ]
+    keys = dict(zip(("predict", "train", "heads"), cases))
+    wanted = [op.strip() for op in args.ops.split(",")]
+    if "predict" not in wanted:
+        wanted.insert(0, "predict")  # the PyTorch comparison and the summary are relative to it
     results = []
-    for name, call, py, cpp in cases:
+    for name, call, py, cpp in (keys[op] for op in wanted):
         py(); cpp()  # warm-up
         py_times, cpp_times = [], []
         for _ in range(args.reps):  # interleaved
