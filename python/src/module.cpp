@@ -480,18 +480,34 @@ py::array param_view(const py::object& self, T* data, const std::vector<std::siz
     return py::array_t<T>(s, data, self);  // a writable view; `self` stays alive with it
 }
 
+// What every pipeline call reads first, in this order: the options, the
+// documents as views, the split lengths and (heads calls) each document's heads.
+template <class T>
+struct call_args {
+    run_options o;
+    doc_views<T> dv;
+    lengths_t ls;
+    heads_t hs;
+    call_args(const std::string& where, const py::handle& docs, const py::handle& lengths, const py::handle* heads,
+              const py::object& budget, long long threads, long long buffer, const std::string& oversize, bool pad)
+        : o(read_options(budget, threads, buffer, oversize, pad)),
+          dv(read_docs<T>(docs, where.c_str())),
+          ls(read_lengths(lengths, where.c_str()))
+    {
+        if (heads) hs = read_int_lists(*heads, where + ": heads");
+    }
+};
+
 template <class T>
 py::list predict(py::object self, const py::handle& docs, const py::handle& lengths, const py::object& budget,
                  long long threads, long long buffer, const std::string& oversize, bool pad)
 {
     auto& s = self.cast<scorer_t<T>&>();
-    run_options o = read_options(budget, threads, buffer, oversize, pad);
-    doc_views<T> dv = read_docs<T>(docs, "predict");
-    lengths_t ls = read_lengths(lengths, "predict");
+    call_args<T> a("predict", docs, lengths, nullptr, budget, threads, buffer, oversize, pad);
     biaffine::score_list<T> Y;
     {
         py::gil_scoped_release release;
-        Y = with_model(s, o, [&](auto& m) { return m->predict(dv.maps, ls); });
+        Y = with_model(s, a.o, [&](auto& m) { return m->predict(a.dv.maps, a.ls); });
     }
     return adopt_scores(Y);
 }
@@ -523,9 +539,7 @@ void predict_stream(py::object self, const py::handle& docs, const py::handle& l
                     bool pad)
 {
     auto& s = self.cast<scorer_t<T>&>();
-    run_options o = read_options(budget, threads, buffer, oversize, pad);
-    doc_views<T> dv = read_docs<T>(docs, "predict_stream");
-    lengths_t ls = read_lengths(lengths, "predict_stream");
+    call_args<T> a("predict_stream", docs, lengths, nullptr, budget, threads, buffer, oversize, pad);
     const std::size_t labels = s.labels();
     auto sink = [&](std::size_t split, std::size_t doc, biaffine::score_view<const T> v) {
         std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(v.n), static_cast<py::ssize_t>(v.n)};
@@ -538,8 +552,8 @@ void predict_stream(py::object self, const py::handle& docs, const py::handle& l
         call_with_view<T>(callback, split, doc, v.data, std::move(shape), std::move(strides), "predict_stream");
     };
     py::gil_scoped_release release;
-    with_model(s, o, [&](auto& m) {
-        m->predict_stream(dv.maps, ls, sink);
+    with_model(s, a.o, [&](auto& m) {
+        m->predict_stream(a.dv.maps, a.ls, sink);
         return 0;
     });
 }
@@ -550,14 +564,11 @@ py::list predict_heads(py::object self, const py::handle& docs, const py::handle
                        bool pad)
 {
     auto& s = self.cast<scorer_t<T>&>();
-    run_options o = read_options(budget, threads, buffer, oversize, pad);
-    doc_views<T> dv = read_docs<T>(docs, "predict_heads");
-    lengths_t ls = read_lengths(lengths, "predict_heads");
-    heads_t hs = read_int_lists(heads, "predict_heads: heads");
+    call_args<T> a("predict_heads", docs, lengths, &heads, budget, threads, buffer, oversize, pad);
     biaffine::score_list<T> Y;
     {
         py::gil_scoped_release release;
-        Y = with_model(s, o, [&](auto& m) { return m->predict_heads(dv.maps, ls, hs); });
+        Y = with_model(s, a.o, [&](auto& m) { return m->predict_heads(a.dv.maps, a.ls, a.hs); });
     }
     return adopt_scores(Y);
 }
@@ -568,10 +579,7 @@ void predict_heads_stream(py::object self, const py::handle& docs, const py::han
                           long long threads, long long buffer, const std::string& oversize, bool pad)
 {
     auto& s = self.cast<scorer_t<T>&>();
-    run_options o = read_options(budget, threads, buffer, oversize, pad);
-    doc_views<T> dv = read_docs<T>(docs, "predict_heads_stream");
-    lengths_t ls = read_lengths(lengths, "predict_heads_stream");
-    heads_t hs = read_int_lists(heads, "predict_heads_stream: heads");
+    call_args<T> a("predict_heads_stream", docs, lengths, &heads, budget, threads, buffer, oversize, pad);
     auto sink = [&](std::size_t split, std::size_t doc, biaffine::seq_view<const T> v) {
         call_with_view<T>(callback, split, doc, v.data,
                           {static_cast<py::ssize_t>(v.rows), static_cast<py::ssize_t>(v.cols)},
@@ -580,8 +588,8 @@ void predict_heads_stream(py::object self, const py::handle& docs, const py::han
                           "predict_heads_stream");
     };
     py::gil_scoped_release release;
-    with_model(s, o, [&](auto& m) {
-        m->predict_heads_stream(dv.maps, ls, hs, sink);
+    with_model(s, a.o, [&](auto& m) {
+        m->predict_heads_stream(a.dv.maps, a.ls, a.hs, sink);
         return 0;
     });
 }
@@ -596,22 +604,18 @@ py::tuple forward_any(py::object self, const py::handle& docs, const py::handle&
     using bp_t = py_backprop<T, View>;
     const char* where = Heads ? "forward_heads" : "forward";
     auto& s = self.cast<scorer_t<T>&>();
-    run_options o = read_options(budget, threads, buffer, oversize, pad);
-    doc_views<T> dv = read_docs<T>(docs, where);
-    lengths_t ls = read_lengths(lengths, where);
-    heads_t hs;
-    if constexpr (Heads) hs = read_int_lists(heads, std::string(where) + ": heads");
+    call_args<T> a(where, docs, lengths, Heads ? &heads : nullptr, budget, threads, buffer, oversize, pad);
     const biaffine::mode md = train ? biaffine::mode::train : biaffine::mode::eval;
     biaffine::score_list<T> Y;
     typename bp_t::fn fn;
     {
         py::gil_scoped_release release;
-        with_model(s, o, [&](auto& m) {
+        with_model(s, a.o, [&](auto& m) {
             auto [y, bp] = [&] {
                 if constexpr (Heads) {
-                    return m->forward_heads(dv.maps, ls, hs, md);
+                    return m->forward_heads(a.dv.maps, a.ls, a.hs, md);
                 } else {
-                    return m->forward(dv.maps, ls, md);
+                    return m->forward(a.dv.maps, a.ls, md);
                 }
             }();
             Y = std::move(y);
@@ -625,7 +629,7 @@ py::tuple forward_any(py::object self, const py::handle& docs, const py::handle&
         });
     }
     py::list y = adopt_scores(Y);
-    auto bp = py::cast(bp_t(std::move(fn), self, std::move(dv.keep)));
+    auto bp = py::cast(bp_t(std::move(fn), self, std::move(a.dv.keep)));
     return py::make_tuple(y, bp);
 }
 
@@ -656,11 +660,7 @@ std::vector<double> time_cpp(py::object self, const std::string& kind, const py:
                              const py::object& budget, long long threads, int reps)
 {
     auto& s = self.cast<scorer_t<T>&>();
-    run_options o = read_options(budget, threads, 256, "run_alone", false);
-    doc_views<T> dv = read_docs<T>(docs, "time_cpp");
-    lengths_t ls = read_lengths(lengths, "time_cpp");
-    heads_t hs;
-    if (!heads.is_none()) hs = read_int_lists(heads, "time_cpp: heads");
+    call_args<T> a("time_cpp", docs, lengths, heads.is_none() ? nullptr : &heads, budget, threads, 256, "run_alone", false);
     std::vector<py::array_t<T>> keep;
     std::vector<biaffine::score_view<const T>> dys;
     if (!dY.is_none()) {
@@ -680,14 +680,14 @@ std::vector<double> time_cpp(py::object self, const std::string& kind, const py:
         // are freed after the clock stops, as the bench's Python side does).
         const auto t0 = std::chrono::steady_clock::now();
         if (kind == "predict") {
-            biaffine::score_list<T> Y = with_model(s, o, [&](auto& m) { return m->predict(dv.maps, ls); });
+            biaffine::score_list<T> Y = with_model(s, a.o, [&](auto& m) { return m->predict(a.dv.maps, a.ls); });
             out.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         } else if (kind == "predict_heads") {
-            biaffine::score_list<T> Y = with_model(s, o, [&](auto& m) { return m->predict_heads(dv.maps, ls, hs); });
+            biaffine::score_list<T> Y = with_model(s, a.o, [&](auto& m) { return m->predict_heads(a.dv.maps, a.ls, a.hs); });
             out.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         } else {
-            auto dX = with_model(s, o, [&](auto& m) {
-                auto [Y, bp] = m->forward(dv.maps, ls, biaffine::mode::train);
+            auto dX = with_model(s, a.o, [&](auto& m) {
+                auto [Y, bp] = m->forward(a.dv.maps, a.ls, biaffine::mode::train);
                 return bp(biaffine::span<const biaffine::score_view<const T>>(dys.data(), dys.size()));
             });
             out.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -342,6 +342,10 @@ def test_python_only_bad_input_of_heads_and_losses(s3):
     d = np.ones((4, 3))
     with pytest.raises(TypeError, match=r"predict_heads: heads must be a list"):
         s3.predict_heads([d], [[4]], np.zeros(4, int))
+    with pytest.raises(TypeError, match=r"forward_heads: heads must be a list"):
+        s3.forward_heads([d], [[4]], None)
+    with pytest.raises(TypeError, match=r"predict_heads_stream: heads must be a list"):
+        s3.predict_heads_stream([d], [[4]], None, lambda k, doc, v: None)
     with pytest.raises(TypeError, match=r"predict_heads: heads\[0\] must hold integers, got float"):
         s3.predict_heads([d], [[4]], [[0.0, 0, 0, 0]])
     with pytest.raises(TypeError, match=r"forward_heads: heads\[0\] must hold integers, got dtype float64"):
