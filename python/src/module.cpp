@@ -1244,6 +1244,9 @@ PYBIND11_MODULE(_biaffine, m)
         .def("__eq__", [](const biaffine::budget& a, const biaffine::budget& b) {
             return a.kind == b.kind && a.value == b.value;
         })
+        .def("__hash__", [](const biaffine::budget& b) {
+            return py::hash(py::make_tuple(static_cast<int>(b.kind), b.value));
+        })
         .def_property_readonly("kind", [](const biaffine::budget& b) {
             return b.kind == biaffine::budget_kind::bytes ? "bytes" : "items";
         })

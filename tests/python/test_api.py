@@ -305,6 +305,7 @@ def test_bad_input_rows_of_labels_at_heads(s3):
 def test_budgets_are_explicit():
     assert biaffine.budget.megabytes(16.0) == biaffine.budget.megabytes(16) == biaffine.budget.bytes(16 << 20)
     assert biaffine.budget.megabytes(0.5) == biaffine.budget.bytes(1 << 19)
+    assert len({biaffine.budget.megabytes(1), biaffine.budget.bytes(1 << 20), biaffine.budget.items(1 << 20)}) == 2
     assert biaffine.budget.megabytes(1.5).value == 3 << 19
     assert biaffine.budget.megabytes(1e-6).kind == "bytes" and biaffine.budget.megabytes(1e-6).value == 1
     with pytest.raises(biaffine.BudgetError, match="must be positive"):
