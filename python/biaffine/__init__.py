@@ -11,6 +11,7 @@ Thinc layers are in ``biaffine.thinc``.
 """
 from ._biaffine import (  # noqa: F401
     __version__,
+    abi_tag,
     Error,
     ShapeError,
     LengthError,

@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 __version__: str
+abi_tag: str
 
 _FloatArray = npt.NDArray[np.floating[Any]]
 _IntArray = npt.NDArray[np.integer[Any]]

@@ -1185,6 +1185,9 @@ PYBIND11_MODULE(_biaffine, m)
 {
     m.doc() = "biaffine: split-batched biaffine scoring with bounded peak memory (C++ core)";
     m.attr("__version__") = biaffine::version_string;
+    // The ABI name this module was compiled under (include/biaffine/abi.hpp):
+    // version, float backend, ISA level.
+    m.attr("abi_tag") = biaffine::abi_tag;
 
     // The exception hierarchy of include/biaffine/errors.hpp. biaffine::error
     // is a std::invalid_argument, so Error is a ValueError; OverflowError is

@@ -449,3 +449,10 @@ def test_raising_callback_propagates_and_leaks_nothing():
     view = []
     s.predict_stream(docs, lengths, lambda k, d, v: view.append(v.flags["WRITEABLE"]))
     assert view == [False] * 6
+
+
+def test_abi_tag_names_version_backend_and_isa():
+    # include/biaffine/abi.hpp: v<major>_<minor>_<patch>_<backend>_<isa>.
+    m = re.fullmatch(r"v(\d+)_(\d+)_(\d+)_(eigen|avx2kernel|blas)_([a-z0-9]+)", biaffine.abi_tag)
+    assert m, biaffine.abi_tag
+    assert ".".join(m.group(1, 2, 3)) == biaffine.__version__

@@ -7,6 +7,8 @@
 // order of operations, dropout, the softmax and what is kept for backward.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -22,7 +24,7 @@
 #include "biaffine/tensor.hpp"
 #include "biaffine/workspace.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 // In-place softmax of one split's scores over the last axis: heads when there
@@ -433,4 +435,4 @@ void biaffine_scorer<T>::begin_saved(const Items& X, mode m, saved_batch& sb)
     sb.kept = !cfg_.recompute_in_backward;
 }
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

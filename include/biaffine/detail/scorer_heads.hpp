@@ -9,6 +9,8 @@
 // backward (scorer_forward.hpp).
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -23,7 +25,7 @@
 #include "biaffine/tensor.hpp"
 #include "biaffine/workspace.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 // In-place softmax of each row of `[n, o]` over the labels.
@@ -399,4 +401,4 @@ tracked_vector<span<const std::int64_t>> biaffine_scorer<T>::padded_head_lists(c
     return lists;
 }
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

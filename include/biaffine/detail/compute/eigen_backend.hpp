@@ -9,6 +9,8 @@
 // boundaries. Short splits skip the GEMM's packing (row_dots.hpp).
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <cstddef>
 
@@ -18,7 +20,7 @@
 #include "biaffine/detail/row_dots.hpp"
 #include "biaffine/tensor.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 /// T = Ua . W' : `Ua [N, hu]`, `W [o, hu, hv]` (row-major memory), `T [N, o * hv]`.
@@ -322,4 +324,4 @@ private:
 };
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END
