@@ -268,3 +268,24 @@ def test_heads_stream_callback_raises_and_keeps_view():
     kept = []
     with pytest.raises(ValueError, match="valid only during the call"):
         s.predict_heads_stream(docs, lengths, heads, lambda k, d, v: kept.append(v))
+
+
+def lazy_split_reference(scores, max_length):
+    # The rule of docs/api.md, "Lazy splitting", written independently: a
+    # piece longer than max_length is cut before its highest-scoring token
+    # other than its first (ties: the earliest), recursively.
+    if len(scores) <= max_length:
+        return [len(scores)] if len(scores) else []
+    cut = 1 + int(np.argmax(scores[1:]))
+    return lazy_split_reference(scores[:cut], max_length) + lazy_split_reference(scores[cut:], max_length)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_lazy_split_of_sentence_start_probabilities(dtype):
+    rng = np.random.default_rng(7)
+    for n, max_length in ((0, 3), (1, 1), (10, 3), (57, 8), (300, 40), (300, 1)):
+        logits = rng.standard_normal((n, 2))
+        probs = (np.exp(logits) / np.exp(logits).sum(1, keepdims=True))[:, 1].astype(dtype)  # a senter's P(start)
+        got = biaffine.lazy_split(probs, max_length)
+        assert got == lazy_split_reference(probs, max_length)
+        assert sum(got) == n and all(1 <= k <= max_length for k in got)
