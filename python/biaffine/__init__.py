@@ -72,7 +72,8 @@ def biaffine_scorer(n_in, hidden=128, labels=1, *, bias_u=True, bias_v=True, dro
 __all__ = [
     "biaffine_scorer", "biaffine_scorer_float32", "biaffine_scorer_float64", "budget",
     "Error", "ShapeError", "LengthError", "BudgetError", "BackpropError", "HeadError",
-    "mst_heads", "argmax_heads", "eisner_heads", "labels_at_heads", "cross_entropy_heads", "cross_entropy_labels", "is_tree", "lazy_split", "cap_split_lengths", "minibatch_by_padded_size",
+    "mst_heads", "argmax_heads", "eisner_heads", "labels_at_heads", "cross_entropy_heads", "cross_entropy_labels",
+    "is_tree", "lazy_split", "cap_split_lengths", "minibatch_by_padded_size",
     "pairwise_bilinear", "pairwise_bilinear_backward",
     "memory_stats", "reset_peak", "set_limit", "limit", "format_bytes", "memory_log", "memory_checkpoint",
 ]

@@ -546,5 +546,6 @@ def _pad_forward(model: Model, X, is_train: bool):
     return Y, backprop
 
 
-__all__ = ["BiaffineScorer", "BiaffineLabeler", "with_splits", "with_minibatch_by_padded_size", "with_pad_seq_unpad_matrix",
+__all__ = ["BiaffineScorer", "BiaffineLabeler", "with_splits", "with_minibatch_by_padded_size",
+           "with_pad_seq_unpad_matrix",
            "get_scorer", "PARAM_NAMES"]

@@ -253,7 +253,9 @@ heads_t read_int_lists(const py::handle& obj, const std::string& what)
     auto seq = py::reinterpret_borrow<py::sequence>(obj);
     heads_t out;
     out.reserve(seq.size());
-    for (std::size_t d = 0; d < seq.size(); ++d) out.push_back(read_int_row(seq[d], what + "[" + std::to_string(d) + "]"));
+    for (std::size_t d = 0; d < seq.size(); ++d) {
+        out.push_back(read_int_row(seq[d], what + "[" + std::to_string(d) + "]"));
+    }
     return out;
 }
 
@@ -660,7 +662,8 @@ std::vector<double> time_cpp(py::object self, const std::string& kind, const py:
                              const py::object& budget, long long threads, int reps)
 {
     auto& s = self.cast<scorer_t<T>&>();
-    call_args<T> a("time_cpp", docs, lengths, heads.is_none() ? nullptr : &heads, budget, threads, 256, "run_alone", false);
+    call_args<T> a("time_cpp", docs, lengths, heads.is_none() ? nullptr : &heads, budget, threads, 256, "run_alone",
+                   false);
     std::vector<py::array_t<T>> keep;
     std::vector<biaffine::score_view<const T>> dys;
     if (!dY.is_none()) {
@@ -683,7 +686,8 @@ std::vector<double> time_cpp(py::object self, const std::string& kind, const py:
             biaffine::score_list<T> Y = with_model(s, a.o, [&](auto& m) { return m->predict(a.dv.maps, a.ls); });
             out.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         } else if (kind == "predict_heads") {
-            biaffine::score_list<T> Y = with_model(s, a.o, [&](auto& m) { return m->predict_heads(a.dv.maps, a.ls, a.hs); });
+            biaffine::score_list<T> Y =
+                with_model(s, a.o, [&](auto& m) { return m->predict_heads(a.dv.maps, a.ls, a.hs); });
             out.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         } else {
             auto dX = with_model(s, a.o, [&](auto& m) {
@@ -701,7 +705,9 @@ template <class T>
 std::pair<py::array_t<T>, std::array<std::size_t, 3>> padded_input(const py::handle& x, const char* where)
 {
     auto a = exact_array<T>(x, std::string(where) + ": x", -1, "");
-    if (a.ndim() != 3) throw_shape("padded input: expected x [b, L, n_in], got " + std::to_string(a.ndim()) + " dimensions");
+    if (a.ndim() != 3) {
+        throw_shape("padded input: expected x [b, L, n_in], got " + std::to_string(a.ndim()) + " dimensions");
+    }
     std::array<std::size_t, 3> shape{static_cast<std::size_t>(a.shape(0)), static_cast<std::size_t>(a.shape(1)),
                                      static_cast<std::size_t>(a.shape(2))};
     return {std::move(a), shape};
@@ -889,23 +895,35 @@ void bind_scorer(py::module_& m, const char* name)
              py::arg("count"), py::arg("max_len"), py::arg("train") = false)
         .def("predict", &predict<T>, py::arg("docs"), py::arg("split_lengths"), py::kw_only(),
              py::arg("budget") = default_budget, py::arg("threads") = 1, py::arg("buffer") = 256,
-             py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false)
+             py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false,
+             "docs [n_tokens, n_in] per document, split_lengths per document -> one [n, n] (or [n, n, o]) array per "
+             "split; with_splits(with_minibatch_by_padded_size(scorer, budget)). budget: a biaffine.budget or None "
+             "(one batch).")
         .def("predict_stream", &predict_stream<T>, py::arg("docs"), py::arg("split_lengths"), py::arg("callback"),
              py::kw_only(), py::arg("budget") = default_budget, py::arg("threads") = 1, py::arg("buffer") = 256,
-             py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false)
+             py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false,
+             "callback(split_index, doc_index, scores [n, n(, o)]) per split, a read-only view valid during the "
+             "call; the GIL is held only for the callback, whose exception stops the stream and propagates.")
         .def("forward", &forward<T>, py::arg("docs"), py::arg("split_lengths"), py::kw_only(), py::arg("train") = true,
              py::arg("budget") = default_budget, py::arg("threads") = 1, py::arg("buffer") = 256,
-             py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false)
+             py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false,
+             "(Y, backprop): Y one [n, n(, o)] array per split (softmax over the last axis with train=True and "
+             "train_outputs='probabilities'), backprop(dY per split) -> dX [n_tokens, n_in] per document, once.")
         .def("predict_heads", &predict_heads<T>, py::arg("docs"), py::arg("split_lengths"), py::arg("heads"),
              py::kw_only(), py::arg("budget") = default_budget, py::arg("threads") = 1, py::arg("buffer") = 256,
-             py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false)
+             py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false,
+             "Labels at given heads: heads[d] one head per token of document d (split-relative) -> one [n, o] array "
+             "per split.")
         .def("predict_heads_stream", &predict_heads_stream<T>, py::arg("docs"), py::arg("split_lengths"),
              py::arg("heads"), py::arg("callback"), py::kw_only(), py::arg("budget") = default_budget,
              py::arg("threads") = 1, py::arg("buffer") = 256, py::arg("oversize") = "run_alone",
-             py::arg("pad_seq_unpad_matrix") = false)
+             py::arg("pad_seq_unpad_matrix") = false,
+             "callback(split_index, doc_index, labels [n, o]) per split, as predict_stream.")
         .def("forward_heads", &forward_heads<T>, py::arg("docs"), py::arg("split_lengths"), py::arg("heads"),
              py::kw_only(), py::arg("train") = true, py::arg("budget") = default_budget, py::arg("threads") = 1,
-             py::arg("buffer") = 256, py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false)
+             py::arg("buffer") = 256, py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false,
+             "(Y, backprop): Y one [n, o] array per split, backprop([n, o] per split) -> dX [n_tokens, n_in] per "
+             "document, once.")
         .def("_time_cpp", &time_cpp<T>, py::arg("kind"), py::arg("docs"), py::arg("split_lengths"), py::kw_only(),
              py::arg("heads") = py::none(), py::arg("dY") = py::none(), py::arg("budget") = default_budget,
              py::arg("threads") = 1, py::arg("reps") = 1)
@@ -917,17 +935,21 @@ void bind_scorer(py::module_& m, const char* name)
              },
              py::arg("docs"), py::arg("split_lengths"), py::kw_only(), py::arg("budget") = default_budget,
              py::arg("threads") = 1, py::arg("reps") = 1)
-        .def("predict_padded", &predict_padded<T>, py::arg("x"), py::arg("lengths"))
+        .def("predict_padded", &predict_padded<T>, py::arg("x"), py::arg("lengths"),
+             "x [b, L, n_in], lengths [b] -> [b, L, L] (or [b, L, L, o]).")
         .def("forward_padded",
              [](py::object self, const py::handle& x, const std::vector<std::int64_t>& lengths, bool train) {
                  return forward_padded_any<T>(std::move(self), x, lengths, py::none(), train, "forward_padded");
              },
              py::arg("x"), py::arg("lengths"), py::kw_only(), py::arg("train") = true)
-        .def("predict_heads_padded", &predict_heads_padded<T>, py::arg("x"), py::arg("lengths"), py::arg("heads"))
+        .def("predict_heads_padded", &predict_heads_padded<T>, py::arg("x"), py::arg("lengths"), py::arg("heads"),
+             "x [b, L, n_in], lengths [b], heads [b, L] (integers) -> [b, L, o].")
         .def("forward_heads_padded",
              [](py::object self, const py::handle& x, const std::vector<std::int64_t>& lengths, const py::handle& heads,
                 bool train) {
-                 if (heads.is_none()) throw py::type_error("forward_heads_padded: heads must be an integer array [b, L]");
+                 if (heads.is_none()) {
+                     throw py::type_error("forward_heads_padded: heads must be an integer array [b, L]");
+                 }
                  return forward_padded_any<T>(std::move(self), x, lengths, heads, train, "forward_heads_padded");
              },
              py::arg("x"), py::arg("lengths"), py::arg("heads"), py::kw_only(), py::arg("train") = true);
@@ -1207,7 +1229,8 @@ PYBIND11_MODULE(_biaffine, m)
     g_exc.length = make("LengthError", py::make_tuple(py::handle(g_exc.error)),
                         "A negative or out-of-range length (biaffine::length_error).");
     g_exc.budget = make("BudgetError", py::make_tuple(py::handle(g_exc.error)),
-                        "A zero or too-small budget, an oversize split under oversize='throw' (biaffine::budget_error).");
+                        "A zero or too-small budget, an oversize split under oversize='throw' "
+                        "(biaffine::budget_error).");
     g_exc.overflow = make("OverflowError", py::make_tuple(py::handle(g_exc.budget), builtins.attr("OverflowError")),
                           "A size computation overflows 64 bits (biaffine::overflow_error).");
     g_exc.backprop = make("BackpropError", py::make_tuple(py::handle(g_exc.error)),
@@ -1279,7 +1302,8 @@ PYBIND11_MODULE(_biaffine, m)
                             [](auto* d, std::size_t n, std::size_t rs) { return biaffine::eisner_heads(d, n, rs); });
           },
           py::arg("scores"),
-          "The best projective tree with one root: scores [n, n] (rows dependents, columns heads) -> heads [n] (int64).");
+          "The best projective tree with one root: scores [n, n] (rows dependents, columns heads) -> heads [n] "
+          "(int64).");
     m.def("labels_at_heads", &labels_at_heads, py::arg("scores"), py::arg("heads"),
           "The best label at each token's given head: scores [n, n, o], heads [n] -> labels [n] (int64).");
     m.def("cross_entropy_heads",

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from thinc.api import SGD, Linear, Model, with_array
+from thinc.api import SGD, Linear, with_array
 
 import biaffine
 from biaffine.thinc import (BiaffineLabeler, BiaffineScorer, get_scorer, with_minibatch_by_padded_size,
