@@ -11,9 +11,12 @@
 #include <catch2/catch.hpp>
 
 #include <Eigen/Core>
+#include <xtensor/xadapt.hpp>
+#include <xtensor/xtensor.hpp>
 
 #include <cmath>
 #include <cstdint>
+#include <array>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -189,5 +192,25 @@ TEST_CASE("array conversions round each element and come back exactly", "[bfloat
     for (std::size_t i = 0; i < n; ++i) {
         CHECK(mid[i].bits == reference_round(bits_of_float(src[i])));
         CHECK(back[i] == biaffine::round_to_bfloat16(src[i]));
+    }
+}
+
+TEST_CASE("Eigen and xtensor read bfloat16 data as documented", "[bfloat16]")
+{
+    const float src[6] = {1.0f, -2.5f, 0.1f, 3.0e5f, -7.0e-3f, 42.0f};
+    bfloat16 data[6];
+    biaffine::to_bfloat16(src, 6, data);
+    // Eigen: the same bytes mapped as Eigen::bfloat16, cast to float.
+    const Eigen::Map<const Eigen::Matrix<Eigen::bfloat16, 2, 3, Eigen::RowMajor>> em(
+        reinterpret_cast<const Eigen::bfloat16*>(data));
+    const Eigen::Matrix<float, 2, 3, Eigen::RowMajor> ef = em.cast<float>();
+    // xtensor: adapted in place, cast element-wise through float(x).
+    const bfloat16* p = data;
+    const auto xa = xt::adapt(p, 6, xt::no_ownership(), std::array<std::size_t, 2>{2, 3});
+    const xt::xtensor<float, 2> xf = xt::cast<float>(xa);
+    for (std::size_t i = 0; i < 6; ++i) {
+        const float want = biaffine::round_to_bfloat16(src[i]);
+        CHECK(ef(static_cast<Eigen::Index>(i / 3), static_cast<Eigen::Index>(i % 3)) == want);
+        CHECK(xf(i / 3, i % 3) == want);
     }
 }

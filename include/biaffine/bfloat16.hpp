@@ -59,13 +59,14 @@ struct bfloat16 {
     {
         std::uint32_t u;
         std::memcpy(&u, &f, sizeof u);
-        if ((u & 0x7fffffffu) > 0x7f800000u)  // NaN: truncate, set the quiet bit
-            return static_cast<std::uint16_t>((u >> 16) | 0x0040u);
         // Adding 0x7fff rounds the low half up when it exceeds one half; the
         // kept half's lowest bit makes an exact half round to even. A carry
-        // into the exponent is the correct rounding (up to infinity).
-        u += 0x7fffu + ((u >> 16) & 1u);
-        return static_cast<std::uint16_t>(u >> 16);
+        // into the exponent is the correct rounding (up to infinity). A NaN
+        // is truncated with its quiet bit set instead. A select, not a
+        // branch, so that loops over arrays vectorise.
+        const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        const std::uint32_t nan = (u >> 16) | 0x0040u;
+        return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
     }
 
     /// The float whose upper half is `b`.
