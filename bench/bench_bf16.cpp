@@ -11,6 +11,8 @@
 //             n consecutive tokens of 100k (o = 1) or 20k (o = 50), n = 5 to
 //             100: fp32 zmm_dots, bf16_dots (VDPBF16PS) on rows packed once,
 //             oneDNN's bf16 matmul called per split.
+//   pipeline  a batch's forward up to the split scores, fp32 (our kernels)
+//             against bf16 (oneDNN writing the pair layout, bf16_dots).
 //
 // Weights are packed once outside the timing (ours: gemm_pack_b; oneDNN: a
 // reorder into the layout its primitive asks for), as the scorer would keep
@@ -22,7 +24,7 @@
 //
 // Built only with -DBIAFFINE_WITH_ONEDNN=ON (libdnnl-dev) on a target with
 // AVX512_BF16 and the AVX2/FMA kernel. Run:
-//   build/bench/bench_bf16 [--reps 5] [--threads 1] [--only proj|uw|split]
+//   build/bench/bench_bf16 [--reps 5] [--threads 1] [--only proj|uw|split|pipeline]
 #include "common.hpp"
 
 #include <biaffine/bfloat16.hpp>
@@ -35,6 +37,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -98,10 +101,11 @@ struct dnnl_matmul {
 
     dnnl_matmul(dnnl::engine& e, dnnl::stream& s, memory::dim M, memory::dim K, memory::dim N, dt in, dt out,
                 bool with_bias, bool relu, void* a_data, memory::dim lda, const float* b_f32_nk, const float* bias_data,
-                void* c_data)
+                void* c_data, memory::dim ldc = 0)
         : eng(e), strm(s)
     {
-        const memory::desc a_md({M, K}, in, memory::dims{lda, 1}), b_any({K, N}, in, tag::any), c_md({M, N}, out, tag::ab);
+        const memory::desc a_md({M, K}, in, memory::dims{lda, 1}), b_any({K, N}, in, tag::any),
+            c_md({M, N}, out, memory::dims{ldc ? ldc : N, 1});
         const memory::desc bias_md({1, N}, dt::f32, tag::ab);
         dnnl::primitive_attr attr;
         if (relu) {
@@ -256,6 +260,82 @@ void per_split(dnnl::engine& eng, dnnl::stream& strm, std::size_t N, std::size_t
              2.0 * double(splits) * double(n) * double(m) * double(k), impls, reps);
 }
 
+
+// The forward of one batch end to end at one label set: both projections
+// (bias, ReLU) into rows of h + 1 with a column of ones, T = U . W', every
+// split's S = V . T^T. fp32: our kernels. bf16: X converted once, oneDNN's
+// bf16 matmul writing bf16 rows of 130 (the pair layout bf16_dots reads:
+// the ones column and a zero column preset; W' padded with zero columns so
+// that every label's row of T ends in a zero), bf16_dots per split. The
+// ratio is what a bf16 forward could gain before softmax and outputs.
+void pipeline(dnnl::engine& eng, dnnl::stream& strm, std::size_t N, std::size_t o, std::size_t n, int reps)
+{
+    const std::size_t nin = 256, h = 128, k = h + 1, kp = k + 1, splits = N / n;
+    const auto x = random_floats(N * nin, 6), wh = random_floats(h * nin, 7), wd = random_floats(h * nin, 8),
+               bh = random_floats(h, 9), bdep = random_floats(h, 10), wl = random_floats(o * k * k, 11);
+    // fp32: H, D [N, k] (last column 1), T [N, o k].
+    std::vector<float> H(N * k, 1.0f), D(N * k, 1.0f), T(N * o * k), S(n * n * o);
+    std::vector<float> ph(bd::gemm_packed_size(nin, h)), pdp(bd::gemm_packed_size(nin, h)),
+        pl(bd::gemm_packed_size(k, o * k));
+    bd::gemm_pack_b(wh.data(), 1, static_cast<std::ptrdiff_t>(nin), nin, h, ph.data());
+    bd::gemm_pack_b(wd.data(), 1, static_cast<std::ptrdiff_t>(nin), nin, h, pdp.data());
+    bd::gemm_pack_b(wl.data(), 1, static_cast<std::ptrdiff_t>(k), k, o * k, pl.data());  // W'^T rows [o k, k]
+    // bf16: Xb [N, 256], Hb, Db [N, kp] (ones, then zero), Tb [N, o kp].
+    std::vector<bfloat16> xb(N * nin), Hb(N * kp), Db(N * kp), Tb(N * o * kp);
+    for (std::size_t i = 0; i < N; ++i) {
+        Hb[i * kp + h] = Db[i * kp + h] = bfloat16(1.0f);
+        Hb[i * kp + k] = Db[i * kp + k] = bfloat16(0.0f);
+    }
+    std::vector<float> wlp(o * kp * kp, 0.0f);  // [o kp, kp]: label l's column j < k from wl, the rest zero
+    for (std::size_t r = 0; r < o * k; ++r)
+        std::copy(wl.begin() + r * k, wl.begin() + (r + 1) * k, wlp.begin() + (r / k * kp + r % k) * kp);
+    const auto L = [](std::size_t v) { return static_cast<memory::dim>(v); };
+    dnnl_matmul mh(eng, strm, L(N), L(nin), L(h), dt::bf16, dt::bf16, true, true, xb.data(), L(nin), wh.data(), bh.data(),
+                   Hb.data(), L(kp));
+    dnnl_matmul md(eng, strm, L(N), L(nin), L(h), dt::bf16, dt::bf16, true, true, xb.data(), L(nin), wd.data(),
+                   bdep.data(), Db.data(), L(kp));
+    dnnl_matmul ml(eng, strm, L(N), L(kp), L(o * kp), dt::bf16, dt::bf16, false, false, Hb.data(), L(kp), wlp.data(),
+                   nullptr, Tb.data());
+    const auto P = [](std::size_t v) { return static_cast<std::ptrdiff_t>(v); };
+    std::vector<impl> impls{
+        {"fp32: kernel, zmm_dots",
+         [&] {
+             bd::gemm_bias_relu(x.data(), P(nin), N, nin, ph.data(), h, bh.data(), true, H.data(), P(k));
+             bd::gemm_bias_relu(x.data(), P(nin), N, nin, pdp.data(), h, bdep.data(), true, D.data(), P(k));
+             bd::gemm_packed(H.data(), P(k), N, k, pl.data(), o * k, {}, T.data(), P(o * k));
+             for (std::size_t i = 0; i < splits; ++i)
+                 bd::zmm_dots(D.data() + i * n * k, P(k), P(n), T.data() + i * n * o * k, P(k), P(n * o), P(k), S.data(),
+                              P(n * o));
+         }},
+        {"bf16: cvt, oneDNN, bf16_dots",
+         [&] {
+             bd::pack_bf16_rows(x.data(), P(nin), P(N), P(nin), xb.data(), P(nin));
+             mh();
+             md();
+             ml();
+             for (std::size_t i = 0; i < splits; ++i)
+                 bd::bf16_dots(Db.data() + i * n * kp, P(kp), P(n), Tb.data() + i * n * o * kp, P(kp), P(n * o), P(k),
+                               S.data(), P(n * o));
+         }},
+    };
+    // Both write the last split's scores to S: bf16's may differ from
+    // fp32's by bf16's rounding of the operands (8 significant bits), not more.
+    impls[0].run();
+    const std::vector<float> s32 = S;
+    impls[1].run();
+    double diff = 0.0, scale = 0.0;
+    for (std::size_t i = 0; i < S.size(); ++i) {
+        diff = std::max(diff, std::fabs(double(S[i]) - double(s32[i])));
+        scale = std::max(scale, std::fabs(double(s32[i])));
+    }
+    std::printf("  pipeline N=%zu o=%zu: last split's scores, max |bf16 - fp32| / max |fp32| = %.2e\n", N, o,
+                diff / scale);
+    const double flops = 2.0 * double(N) * (2.0 * double(nin) * double(h) + double(k) * double(o * k)) +
+                         2.0 * double(splits) * double(n) * double(n * o) * double(k);
+    run_case("pipeline N=" + std::to_string(N) + " o=" + std::to_string(o) + " n=" + std::to_string(n), flops, impls,
+             reps);
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
@@ -268,7 +348,7 @@ int main(int argc, char** argv)
         else if (f == "--threads") threads = std::stoi(argv[i + 1]);
         else if (f == "--only") only = argv[i + 1];
         else {
-            std::fprintf(stderr, "bench_bf16: unknown flag %s (--reps N, --threads N, --only proj|uw|split)\n", f.c_str());
+            std::fprintf(stderr, "bench_bf16: unknown flag %s (--reps N, --threads N, --only proj|uw|split|pipeline)\n", f.c_str());
             return 2;
         }
     }
@@ -296,6 +376,10 @@ int main(int argc, char** argv)
     if (only.empty() || only == "split") {
         for (std::size_t n : {5, 10, 20, 30, 50, 100}) per_split(eng, strm, 100000, 1, n, reps);
         for (std::size_t n : {5, 10, 20, 50}) per_split(eng, strm, 20000, 50, n, reps);
+    }
+    if (only.empty() || only == "pipeline") {
+        pipeline(eng, strm, 100000, 1, 20, reps);
+        pipeline(eng, strm, 20000, 50, 20, reps);
     }
     std::printf("load average (1, 5 min) at end: %s\n", load().c_str());
 }
