@@ -187,3 +187,22 @@ TEST_CASE("attachment scores as the CoNLL 2018 shared task: words, universal rel
     CHECK_THROWS_WITH(conllu::evaluate(parse(gold), other), Catch::Contains("'now' vs 'then'"));
     CHECK_THROWS_AS(conllu::evaluate(parse(gold), {}), conllu_error);
 }
+
+TEST_CASE("a parser's output on the dev sample scores as recorded (the Python mirror checks the same file)")
+{
+    std::ifstream in(sample_dir + "en_ewt-sample-dev.system.scores");
+    REQUIRE(in);
+    std::string key;
+    std::size_t want[6] = {};
+    for (std::size_t& v : want) in >> key >> v;
+    REQUIRE(in);
+    const auto r = conllu::evaluate(conllu::read_file(sample_dir + "en_ewt-sample-dev.conllu"),
+                                    conllu::read_file(sample_dir + "en_ewt-sample-dev.system.conllu"));
+    CHECK(r.words == want[0]);
+    CHECK(r.heads == want[1]);
+    CHECK(r.labelled == want[2]);
+    CHECK(r.words_np == want[3]);
+    CHECK(r.heads_np == want[4]);
+    CHECK(r.labelled_np == want[5]);
+    CHECK(r.labelled < r.heads);  // some relations wrong at right heads: the label comparison is exercised
+}

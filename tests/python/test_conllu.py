@@ -112,3 +112,13 @@ def test_scores_hand_computed():
         conllu.evaluate(conllu.parse(gold), other)
     with pytest.raises(conllu.ConlluError):
         conllu.evaluate(conllu.parse(gold), [])
+
+
+def test_same_scores_as_cpp(sample):
+    # The counts the C++ evaluation gives on the same two files (tests/test_conllu.cpp checks them too).
+    tokens = (sample / "en_ewt-sample-dev.system.scores").read_text().split()
+    want = dict(zip(tokens[0::2], map(int, tokens[1::2])))
+    r = conllu.evaluate(conllu.read(sample / "en_ewt-sample-dev.conllu"),
+                        conllu.read(sample / "en_ewt-sample-dev.system.conllu"))
+    assert {k: getattr(r, k) for k in want} == want
+    assert len(want) == 6
