@@ -27,6 +27,8 @@
 //       [--budget-mb X] [--out FILE] [--parse FILE]... [--width D] [--layers L]
 //       [--arc-hidden H] [--label-hidden H] [--seed S] [--lr LR] [--minutes M] [--quick]
 //
+// With OpenMP, run it with OMP_WAIT_POLICY=passive on a shared machine:
+// spinning idle OpenMP threads halved parsing speed on a loaded 2-core box.
 // --quick trains a few seconds on the shipped EWT sample (the smoke test; the
 // files default to tests/data/ud-english-ewt-sample when not given).
 // --parse FILE (repeatable) times parsing those files after training at 1
