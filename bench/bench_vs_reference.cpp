@@ -93,11 +93,14 @@ struct options : bb::common_flags {
     std::uint64_t ref_items = 4096;
     int blas_threads = 0;  // 0: the case's thread count
     bool keep_blas_core = false;  // read in main() before parsing: no re-exec for OpenBLAS's core
+    std::vector<std::string> lengths_from;  // CoNLL-U files: split lengths and documents from them
+    bb::treebank_lengths treebank;
     options() { labels = {1}; }
     void add_flags(bb::flag_table& t)
     {
         t.add("--impls", impls).add("--reps", reps).add("--case-seconds", case_seconds);
         t.add("--ref-items", ref_items).add("--blas-threads", blas_threads).add("--keep-blas-core", keep_blas_core);
+        t.add("--lengths-from", lengths_from);
     }
 };
 
@@ -133,6 +136,10 @@ Usage: bench_vs_reference [flags]
   --budget-mb X      ours: byte budget in MiB (default 16)
   --ref-items N      torch_batched: spaCy padded-items size (default 4096)
   --blas-threads N   OpenBLAS's own thread pool (default: the case's thread count)
+  --lengths-from FILES  split lengths from CoNLL-U files (comma list) instead of the
+                     generated log-normal ones: each case's document is the files'
+                     sentences in order, repeated to its token count; ours gets
+                     one document per # newdoc
   --keep-blas-core   don't re-run with OPENBLAS_CORETYPE when OpenBLAS picked kernels
                      older than the CPU's ISA (the report then warns loudly)
   --max-gb X         skip an implementation whose predicted memory exceeds X GiB (default 8)
@@ -169,6 +176,7 @@ options parse(int argc, char** argv)
         }
     }
     if (o.reps < 1 || o.threads < 1) usage(2);
+    if (!o.lengths_from.empty()) o.treebank = bb::read_treebank_lengths(o.lengths_from);
     o.min_reps = std::min(o.min_reps, o.reps);
     return o;
 }
@@ -257,6 +265,11 @@ struct shared_case {
     std::vector<std::size_t> off;
     std::vector<xt::xtensor<float, 2>> docs;  // docs[0] is the document
     std::vector<std::vector<int>> lens;
+    // What ours is given: the document as one or (--lengths-from) several
+    // documents, views of docs[0], with their split lengths and first rows.
+    std::vector<Eigen::Map<const RM>> views;
+    std::vector<std::vector<int>> view_lens;
+    std::vector<std::size_t> view_rows;
     std::unique_ptr<biaffine::biaffine_scorer<float>> scorer;
     double true_gflop = 0;
     const float* doc() const { return docs[0].data(); }
@@ -291,11 +304,11 @@ impl make_ours(shared_case& c, std::uint64_t budget, std::size_t* effective_thre
     shared_case* cp = &c;
     i.run = [st, model, cp] {
         if (!cp->cfg.train) {
-            st->Y = model->predict(cp->docs, cp->lens);
+            st->Y = model->predict(cp->views, cp->view_lens);
             return;
         }
         cp->scorer->zero_grad();
-        auto fw = model->forward(cp->docs, cp->lens, mode::train);
+        auto fw = model->forward(cp->views, cp->view_lens, mode::train);
         for (auto& y : fw.first) {
             const std::size_t n = y.shape()[0], o = y.dimension() == 3 ? y.shape()[2] : 1;
             for (std::size_t m = 0; m < n; ++m) y.data()[(m * n + bb::gold_head(m)) * o] -= 1.0f;
@@ -314,7 +327,10 @@ impl make_ours(shared_case& c, std::uint64_t budget, std::size_t* effective_thre
         const std::size_t n = y.shape()[0];
         return y.data()[(m * n + l) * labels + lab];
     };
-    i.dx = [st](std::size_t r, std::size_t col) { return st->dX[0](r, col); };
+    i.dx = [st, cp](std::size_t r, std::size_t col) {
+        const std::size_t d = std::size_t(std::upper_bound(cp->view_rows.begin(), cp->view_rows.end(), r) - cp->view_rows.begin()) - 1;
+        return st->dX[d](r - cp->view_rows[d], col);
+    };
     return i;
 }
 
@@ -770,9 +786,17 @@ std::string run_case(const options& opt, case_cfg cfg, std::ostream& log, bool j
     shared_case c;
     c.cfg = cfg;
     c.w = bb::make_workload(cfg.tokens, cfg.labels);
+    std::vector<std::size_t> doc_splits{c.w.splits.size()};
+    if (!opt.lengths_from.empty()) c.w.splits = bb::treebank_split_lengths(opt.treebank, cfg.tokens, doc_splits);
     c.off = c.w.offsets();
     c.docs.push_back(std::move(c.w.doc));
     c.lens = {c.w.splits};
+    for (std::size_t d = 0, k = 0; d < doc_splits.size(); k += doc_splits[d++]) {
+        const std::size_t rows = c.off[k + doc_splits[d]] - c.off[k];
+        c.view_rows.push_back(c.off[k]);
+        c.views.emplace_back(c.doc() + c.off[k] * c.w.d.n_in, Eigen::Index(rows), Eigen::Index(c.w.d.n_in));
+        c.view_lens.emplace_back(c.w.splits.begin() + std::ptrdiff_t(k), c.w.splits.begin() + std::ptrdiff_t(k + doc_splits[d]));
+    }
     c.scorer = std::make_unique<biaffine::biaffine_scorer<float>>(bb::scorer_config_for(cfg.labels));
     c.true_gflop = bb::true_flops(c.w.d, c.w.splits, cfg.train) / 1e9;
 
@@ -801,6 +825,9 @@ std::string run_case(const options& opt, case_cfg cfg, std::ostream& log, bool j
     std::ostringstream title;
     title << tokens_label(cfg.tokens) << " tokens, o=" << cfg.labels << ", " << (cfg.train ? "train (fwd+bwd)" : "inference")
           << ", " << cfg.threads << " thread" << (cfg.threads > 1 ? "s" : "");
+    if (!opt.lengths_from.empty())
+        title << ", lengths from " << opt.lengths_from.front().substr(opt.lengths_from.front().find_last_of('/') + 1) << (opt.lengths_from.size() > 1 ? " etc." : "") << " ("
+              << c.views.size() << " documents)";
     log << "bench_vs_reference: " << title.str() << " (" << c.w.splits.size() << " splits, max " << c.w.max_len()
         << ", " << fmt("%.1f", c.true_gflop) << " GFLOP)\n";
 

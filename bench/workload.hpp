@@ -34,6 +34,7 @@
 
 #include <xtensor/xtensor.hpp>
 
+#include <biaffine/conllu.hpp>
 #include <biaffine/scorer.hpp>
 
 namespace biaffine_bench {
@@ -171,6 +172,54 @@ inline workload make_workload(std::size_t tokens, std::size_t labels, bool with_
     w.splits = make_split_lengths(tokens, split_seed);
     if (with_doc) w.doc = make_document(tokens, w.d.n_in, doc_seed);
     return w;
+}
+
+/// Sentence lengths of CoNLL-U files in file order (words only: multiword
+/// tokens and empty nodes are not scored) and, per document (by # newdoc, as
+/// conllu::documents), its number of sentences.
+struct treebank_lengths {
+    std::vector<int> sentences;
+    std::vector<std::size_t> doc_sentences;
+    std::size_t words = 0;
+};
+
+inline treebank_lengths read_treebank_lengths(const std::vector<std::string>& files)
+{
+    treebank_lengths t;
+    for (const auto& f : files) {
+        const auto s = biaffine::conllu::read_file(f);
+        for (const auto& d : biaffine::conllu::documents(s)) t.doc_sentences.push_back(d.second - d.first);
+        for (const auto& x : s) {
+            t.sentences.push_back(static_cast<int>(x.words.size()));
+            t.words += x.words.size();
+        }
+    }
+    if (t.words == 0) throw biaffine::conllu_error("--lengths-from: no words in the given files");
+    return t;
+}
+
+/// A `tokens`-token document on a treebank's own lengths: its sentences in
+/// order, over and over, the last one cut to what is left; `docs` gets the
+/// number of splits of each document (the treebank's documents, the last one
+/// cut too).
+inline std::vector<int> treebank_split_lengths(const treebank_lengths& t, std::size_t tokens, std::vector<std::size_t>& docs)
+{
+    std::vector<int> splits;
+    docs.clear();
+    std::size_t left = tokens, s = 0, d = 0, in_doc = 0;
+    while (left > 0) {
+        if (in_doc == 0) docs.push_back(0);
+        const std::size_t n = std::min<std::size_t>(left, static_cast<std::size_t>(t.sentences[s]));
+        splits.push_back(static_cast<int>(n));
+        ++docs.back();
+        left -= n;
+        s = (s + 1) % t.sentences.size();
+        if (++in_doc == t.doc_sentences[d]) {
+            in_doc = 0;
+            d = (d + 1) % t.doc_sentences.size();
+        }
+    }
+    return splits;
 }
 
 /// Forward GEMM FLOPs of one split of `n` tokens.

@@ -22,3 +22,4 @@
 #include "biaffine/lazy_split.hpp"
 #include "biaffine/loss.hpp"
 #include "biaffine/scorer_io.hpp"
+#include "biaffine/conllu.hpp"

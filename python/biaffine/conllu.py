@@ -1,0 +1,263 @@
+"""CoNLL-U in and out, and attachment scores as the CoNLL 2018 shared task computes them.
+
+Pure Python (no numpy), the mirror of the C++ header biaffine/conllu.hpp: the same
+checks, the same error messages ("file:line: what"), the same scores.
+
+    sents = read("en_ewt-ud-dev.conllu")
+    for begin, end in documents(sents):          # by "# newdoc", else every N sentences
+        heads = [scorer_heads(s) for s in sents[begin:end]]  # split-relative, root -> itself
+    write("out.conllu", sents)                   # byte for byte what was read
+    scores = evaluate(gold, system)              # scores.uas, .las, .uas_no_punct, .las_no_punct
+
+Multiword-token lines (``3-4``) and empty nodes (``5.1``) are kept verbatim for writing
+back but are not words: the basic tree, and the scores, cover words only.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass, field
+from typing import Iterable, List, Sequence, Tuple, Union
+
+__all__ = [
+    "ConlluError", "Word", "Sentence", "AttachmentScores", "read", "parse", "write", "format_sentences",
+    "documents", "scorer_heads", "set_scorer_heads", "universal_relation", "evaluate",
+]
+
+
+class ConlluError(ValueError):
+    """Malformed CoNLL-U; the message starts with "file:line: "."""
+
+
+@dataclass
+class Word:
+    form: str
+    lemma: str
+    upos: str
+    xpos: str
+    feats: str
+    head: int  # 0: the root, else the 1-based id of the head word
+    deprel: str
+    deps: str
+    misc: str
+
+
+@dataclass
+class Sentence:
+    comments: List[str] = field(default_factory=list)  # verbatim, each starting with '#'
+    words: List[Word] = field(default_factory=list)
+    extras: List[Tuple[int, str]] = field(default_factory=list)  # (words before it, verbatim line)
+    line: int = 0  # 1-based line of its first line
+
+    @property
+    def newdoc(self) -> bool:
+        return any(c.startswith("# newdoc") and (len(c) == 8 or c[8] in " \t") for c in self.comments)
+
+
+def universal_relation(deprel: str) -> str:
+    """The universal part of a relation: "nsubj:pass" -> "nsubj"."""
+    return deprel.split(":", 1)[0]
+
+
+def _index(s: str):
+    # Decimal, no sign, no leading zeros: written back as the same bytes.
+    if not s or len(s) > 9 or (len(s) > 1 and s[0] == "0") or not all("0" <= c <= "9" for c in s):
+        return None
+    return int(s)
+
+
+def parse(text: str, name: str = "<string>") -> List[Sentence]:
+    """Sentences of CoNLL-U text; `name` is the file name errors give."""
+
+    def fail(line: int, what: str):
+        raise ConlluError(f"{name}:{line}: {what}")
+
+    out: List[Sentence] = []
+    cur = Sentence()
+    open_, in_words = False, False
+    word_lines: List[int] = []
+    lines = text.split("\n")
+    # "a\n" splits into ["a", ""]: the final "" is the end of the text, not a line.
+    if lines and lines[-1] == "":
+        lines.pop()
+    lineno = 0
+    for lineno, line in enumerate(lines, 1):
+        if line.endswith("\r"):
+            fail(lineno, "carriage return (CRLF line end); CoNLL-U lines end with LF")
+        if not line:
+            if not open_:
+                fail(lineno, "blank line where a sentence should start (two blank lines in a row, or a blank first line)")
+            if not cur.words:
+                fail(lineno, "sentence without words (only comments / multiword or empty-node lines)")
+            n = len(cur.words)
+            for wl, w in zip(word_lines, cur.words):
+                if w.head > n:
+                    fail(wl, f"head {w.head} out of range: the sentence has {n} words")
+            out.append(cur)
+            cur, open_, in_words, word_lines = Sentence(), False, False, []
+            continue
+        if not open_:
+            cur.line, open_ = lineno, True
+        if line[0] == "#":
+            if in_words:
+                fail(lineno, "comment line after the first token line of a sentence")
+            cur.comments.append(line)
+            continue
+        in_words = True
+        cols = line.split("\t")
+        if len(cols) != 10:
+            fail(lineno, f"expected 10 tab-separated columns, found {len(cols)}")
+        ident = cols[0]
+        n = len(cur.words)
+        if "-" in ident or "." in ident:
+            sep = "-" if "-" in ident else "."
+            a, _, b = ident.partition(sep)
+            a, b = _index(a), _index(b)
+            if a is None or b is None:
+                fail(lineno, f"malformed id '{ident}'")
+            if sep == "-" and (a != n + 1 or b <= a):
+                fail(lineno, f"multiword token '{ident}' must span {n + 1}-k with k > {n + 1}")
+            if sep == "." and (a != n or b == 0):
+                fail(lineno, f"empty node '{ident}' must be numbered {n}.k, k >= 1")
+            cur.extras.append((n, line))
+            continue
+        i = _index(ident)
+        if i is None:
+            fail(lineno, f"id '{ident}' is not a positive integer")
+        if i != n + 1:
+            fail(lineno, f"word id {ident} out of sequence, expected {n + 1}")
+        head = _index(cols[6])
+        if head is None:
+            fail(lineno, f"head '{cols[6]}' is not a non-negative integer")
+        if head == i:
+            fail(lineno, f"word {ident} is its own head")
+        if not cols[7] or cols[7] == "_":
+            fail(lineno, f"word {ident} has no relation (DEPREL)")
+        cur.words.append(Word(cols[1], cols[2], cols[3], cols[4], cols[5], head, cols[7], cols[8], cols[9]))
+        word_lines.append(lineno)
+    if open_:
+        fail(lineno, "missing blank line after the last sentence (the file must end with an empty line)")
+    return out
+
+
+def read(path: Union[str, os.PathLike]) -> List[Sentence]:
+    """Sentences of a CoNLL-U file (UTF-8); errors name the file."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ConlluError(f"{os.fspath(path)}: cannot open for reading ({e.strerror})") from e
+    return parse(data.decode("utf-8"), os.fspath(path))
+
+
+def format_sentences(sentences: Iterable[Sentence]) -> str:
+    """CoNLL-U text; what parse() gave comes back character for character."""
+    buf = io.StringIO()
+    for s in sentences:
+        for c in s.comments:
+            buf.write(c + "\n")
+        e = 0
+        for i in range(len(s.words) + 1):
+            while e < len(s.extras) and s.extras[e][0] == i:
+                buf.write(s.extras[e][1] + "\n")
+                e += 1
+            if i == len(s.words):
+                break
+            w = s.words[i]
+            buf.write("\t".join((str(i + 1), w.form, w.lemma, w.upos, w.xpos, w.feats, str(w.head), w.deprel,
+                                 w.deps, w.misc)) + "\n")
+        buf.write("\n")
+    return buf.getvalue()
+
+
+def write(path: Union[str, os.PathLike], sentences: Iterable[Sentence]) -> None:
+    with open(path, "wb") as f:
+        f.write(format_sentences(sentences).encode("utf-8"))
+
+
+def documents(sentences: Sequence[Sentence], every: int = 32) -> List[Tuple[int, int]]:
+    """Documents as [begin, end) ranges: at each "# newdoc" when any sentence has one, else every `every`."""
+    if every <= 0:
+        raise ConlluError("documents: every must be positive")
+    marked = any(s.newdoc for s in sentences)
+    out: List[List[int]] = []
+    for i, s in enumerate(sentences):
+        if i == 0 or (s.newdoc if marked else i % every == 0):
+            out.append([i, i])
+        out[-1][1] = i + 1
+    return [(a, b) for a, b in out]
+
+
+def scorer_heads(s: Sentence) -> List[int]:
+    """Split-relative heads (0..n-1), the root pointing at itself, as the scorer's losses take them."""
+    return [m if w.head == 0 else w.head - 1 for m, w in enumerate(s.words)]
+
+
+def set_scorer_heads(s: Sentence, heads: Sequence[int]) -> None:
+    """The inverse of scorer_heads: sets the HEAD column."""
+    n = len(s.words)
+    if len(heads) != n:
+        raise ConlluError(f"set_scorer_heads: {len(heads)} heads for a sentence of {n} words (line {s.line})")
+    for m, h in enumerate(heads):
+        if not 0 <= h < n:
+            raise ConlluError(f"set_scorer_heads: head {h} out of range for word {m + 1} of {n}")
+    for m, h in enumerate(heads):
+        s.words[m].head = 0 if h == m else h + 1
+
+
+@dataclass
+class AttachmentScores:
+    """Counts over words; `_np` leaves out words whose gold UPOS is PUNCT."""
+    words: int = 0
+    heads: int = 0
+    labelled: int = 0
+    words_np: int = 0
+    heads_np: int = 0
+    labelled_np: int = 0
+
+    @staticmethod
+    def _pct(a: int, b: int) -> float:
+        return 100.0 * a / b if b else 0.0
+
+    @property
+    def uas(self) -> float:
+        return self._pct(self.heads, self.words)
+
+    @property
+    def las(self) -> float:
+        return self._pct(self.labelled, self.words)
+
+    @property
+    def uas_no_punct(self) -> float:
+        return self._pct(self.heads_np, self.words_np)
+
+    @property
+    def las_no_punct(self) -> float:
+        return self._pct(self.labelled_np, self.words_np)
+
+
+def evaluate(gold: Sequence[Sentence], system: Sequence[Sentence]) -> AttachmentScores:
+    """UAS / LAS as the CoNLL 2018 shared task (words, punctuation included, LAS on the universal
+    relation), plus both without gold-PUNCT words. Tokenisations must match (same words, same forms)."""
+    if len(gold) != len(system):
+        raise ConlluError(f"evaluate: gold has {len(gold)} sentences, system {len(system)}")
+    r = AttachmentScores()
+    for i, (g, s) in enumerate(zip(gold, system)):
+        if len(g.words) != len(s.words):
+            raise ConlluError(f"evaluate: sentence {i + 1} (gold line {g.line}) has {len(g.words)} gold words, "
+                              f"{len(s.words)} system words")
+        for m, (gw, sw) in enumerate(zip(g.words, s.words)):
+            if gw.form != sw.form:
+                raise ConlluError(f"evaluate: word {m + 1} of the sentence at gold line {g.line} differs: "
+                                  f"'{gw.form}' vs '{sw.form}'")
+            head = gw.head == sw.head
+            lab = head and universal_relation(gw.deprel) == universal_relation(sw.deprel)
+            r.words += 1
+            r.heads += head
+            r.labelled += lab
+            if gw.upos != "PUNCT":
+                r.words_np += 1
+                r.heads_np += head
+                r.labelled_np += lab
+    return r
