@@ -6,14 +6,14 @@ set -euo pipefail
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 # The Python module and its tests (python/, tests/python/) build and run
-# against Debian's /usr/bin/python3 with these.
+# against Debian's /usr/bin/python3 with these; python3-venv for `python3 -m venv` (pip install .).
 # BIAFFINE_WITH_BLAS=1 (the CMake option of that name): OpenBLAS's CBLAS too.
 blas=""
 if [ "${BIAFFINE_WITH_BLAS:-0}" = 1 ]; then blas="libopenblas-dev"; fi
 # BIAFFINE_WITH_ONEDNN=1 (the CMake option of that name): oneDNN for bench_bf16.
 if [ "${BIAFFINE_WITH_ONEDNN:-0}" = 1 ]; then blas="$blas libdnnl-dev"; fi
 for p in cmake g++ make libeigen3-dev libxtensor-dev catch2 libbenchmark-dev \
-  python3-dev python3-numpy pybind11-dev python3-thinc python3-pytest $blas ${BIAFFINE_EXTRA_PACKAGES:-}; do
+  python3-dev python3-numpy pybind11-dev python3-thinc python3-pytest python3-venv $blas ${BIAFFINE_EXTRA_PACKAGES:-}; do
   have_pkg "$p" || need+=("$p")
 done
 if [ ${#need[@]} -eq 0 ]; then

@@ -7,9 +7,16 @@ The C++ pipeline on numpy arrays (see docs/api.md, "Python"):
     docs = [np.random.rand(7, 64).astype(np.float32)]
     scores = scorer.predict(docs, [[4, 3]], budget=biaffine.budget.megabytes(16))
 
-Thinc layers are in ``biaffine.thinc``.
+Thinc layers are in ``biaffine.thinc``. ``biaffine.info()`` (or
+``python -m biaffine``) says which ISA variant of the C++ extension runs and
+what runs each operation; ``BIAFFINE_ISA=avx2`` forces a narrower variant.
 """
-from ._biaffine import (  # noqa: F401
+from . import _loader
+
+# Registers the ISA variant this CPU runs as biaffine._biaffine.
+_loader.load(__name__)
+from ._loader import ISAError, info  # noqa: E402,F401
+from ._biaffine import (  # noqa: E402,F401
     __version__,
     abi_tag,
     Error,
@@ -77,3 +84,4 @@ __all__ = [
     "pairwise_bilinear", "pairwise_bilinear_backward",
     "memory_stats", "reset_peak", "set_limit", "limit", "format_bytes", "memory_log", "memory_checkpoint",
 ]
+__all__ += ["info", "ISAError"]

@@ -15,6 +15,8 @@
 
 #include <biaffine/biaffine.hpp>
 
+#include "build_info.hpp"
+
 #include <array>
 #include <cmath>
 #include <limits>
@@ -1203,13 +1205,19 @@ py::array_t<std::int64_t> labels_at_heads(const py::handle& scores, const py::ha
 
 }  // namespace
 
-PYBIND11_MODULE(_biaffine, m)
+// python/CMakeLists.txt builds this once per ISA variant, as _biaffine_<variant>.
+#ifndef BIAFFINE_PY_MODULE
+#define BIAFFINE_PY_MODULE _biaffine
+#endif
+
+PYBIND11_MODULE(BIAFFINE_PY_MODULE, m)
 {
     m.doc() = "biaffine: split-batched biaffine scoring with bounded peak memory (C++ core)";
     m.attr("__version__") = biaffine::version_string;
     // The ABI name this module was compiled under (include/biaffine/abi.hpp):
     // version, float backend, ISA level.
     m.attr("abi_tag") = biaffine::abi_tag;
+    biaffine_py::bind_build_info(m);
 
     // The exception hierarchy of include/biaffine/errors.hpp. biaffine::error
     // is a std::invalid_argument, so Error is a ValueError; OverflowError is

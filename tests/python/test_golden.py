@@ -93,10 +93,10 @@ def test_model_through_pipeline(case, dtype, pad):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("case", cases("pipeline"))
 def test_pipeline(case, dtype, threads):
-    n_docs = int(load(case, "n_docs"))
+    n_docs = load(case, "n_docs").item()
     docs = [load(case, f"doc{d}").astype(dtype) for d in range(n_docs)]
     lengths = [load(case, f"doc{d}_split_lengths") for d in range(n_docs)]
-    ref = [load(case, f"split{k}_y") for k in range(int(load(case, "n_splits")))]
+    ref = [load(case, f"split{k}_y") for k in range(load(case, "n_splits").item())]
     labels = 1 if ref[0].ndim == 2 else ref[0].shape[2]
     s = scorer_from(case, dtype, labels)
     for budget in (biaffine.budget.bytes(1 << 14), biaffine.budget.items(16), None):

@@ -1,0 +1,85 @@
+// python/src/build_info.hpp - `_build_info()` of the extension: what this ISA
+// variant was compiled for and which backend runs each operation, for
+// biaffine.info() (python/biaffine/_loader.py).
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+#include <biaffine/biaffine.hpp>
+
+#include <biaffine/abi.hpp>
+
+#ifndef BIAFFINE_PY_VARIANT
+#define BIAFFINE_PY_VARIANT "native"  // built outside python/CMakeLists.txt's variants
+#endif
+
+namespace biaffine_py {
+
+namespace py = pybind11;
+
+/// The ISA extensions the compiler targeted, as /proc/cpuinfo names them.
+inline py::list compiled_isa()
+{
+    py::list l;
+#if defined(__AVX2__)
+    l.append("avx2");
+#endif
+#if defined(__FMA__)
+    l.append("fma");
+#endif
+#if defined(__AVX512F__)
+    l.append("avx512f");
+#endif
+#if defined(__AVX512BW__)
+    l.append("avx512bw");
+#endif
+#if defined(__AVX512CD__)
+    l.append("avx512cd");
+#endif
+#if defined(__AVX512DQ__)
+    l.append("avx512dq");
+#endif
+#if defined(__AVX512VL__)
+    l.append("avx512vl");
+#endif
+#if defined(__AVX512BF16__)
+    l.append("avx512_bf16");
+#endif
+    return l;
+}
+
+template <class T>
+py::dict backend_info()
+{
+    using B = biaffine::detail::compute_backend<T>;
+    py::dict d;
+    d["name"] = B::name;
+    d["operations"] = B::operations;
+    return d;
+}
+
+/// Adds `_build_info()` to the module.
+inline void bind_build_info(py::module_& m)
+{
+    m.def("_build_info", []() {
+        py::dict d;
+        d["variant"] = BIAFFINE_PY_VARIANT;
+        d["compiled_isa"] = compiled_isa();
+        py::dict backends;
+        backends["float32"] = backend_info<float>();
+        backends["float64"] = backend_info<double>();
+        d["backends"] = backends;
+#if defined(BIAFFINE_USE_BLAS)
+        d["blas"] = true;
+#else
+        d["blas"] = false;
+#endif
+        d["abi_tag"] = std::string(biaffine::abi_tag);
+        d["compiler"] = __VERSION__;
+        return d;
+    }, "What this variant of the extension was compiled for: ISA, the backend of each operation, BLAS.");
+}
+
+}  // namespace biaffine_py
