@@ -4,7 +4,7 @@
 //   bench_decode --benchmark_filter=mst           # a subset
 //
 // For n = 10, 18, 30, 70, 100, 300: mst_heads, the earlier MST it replaced
-// (tests/reference_mst.hpp, kept only as a reference, so one run shows the
+// (reference/reference_mst.hpp, kept only as a reference, so one run shows the
 // speedup), eisner_heads and argmax_heads, on float32 scores drawn from a
 // standard normal (what a scorer emits). Each benchmark cycles through 16
 // matrices so no single input is learned by the branch predictor. The summary
@@ -22,7 +22,7 @@
 
 #include <biaffine/decode.hpp>
 
-#include "../tests/reference_mst.hpp"
+#include "reference_mst.hpp"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // tests/golden.hpp - shared helpers of the golden-data tests: where the case
 // folders are, what kind each one is, strict .npy loading with shape checks,
-// and the tolerance rule.
+// the tolerance rule, and byte budgets derived from a case.
 //
 // The cases live in BIAFFINE_TEST_DATA_DIR "/golden" (copied from the
 // PyTorch reference, see tests/data/README.md), or in $BIAFFINE_GOLDEN_DIR
@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
@@ -20,6 +21,8 @@
 
 #include <xtensor/xarray.hpp>
 #include <xtensor/xnpy.hpp>
+
+#include "biaffine/biaffine.hpp"
 
 namespace golden {
 
@@ -199,6 +202,26 @@ inline std::string describe(const comparison& c)
     os << c.count << " values, worst |diff| " << c.worst_diff << " at flat index " << c.worst_index
        << " (ratio to tolerance " << c.worst_ratio << ")" << (c.finite ? "" : ", NON-FINITE values");
     return os.str();
+}
+
+/// A byte budget for a case's `n` splits of at most `max_len` tokens through
+/// with_splits(with_minibatch_by_padded_size(scorer)), derived from the case
+/// so that batching still splits it however many splits it has: what the
+/// call holds whatever its batching (the batcher's bookkeeping, what a
+/// forward keeps until backprop, and 128 bytes a split of room for
+/// with_splits' index of them), plus a third of one batch of every split and
+/// at least the longest split alone. `Heads`: labels at given heads.
+template <bool Heads, class Scorer>
+std::uint64_t byte_budget(Scorer& s, std::size_t n, std::size_t max_len, biaffine::mode m)
+{
+    using T = typename Scorer::value_type;
+    const auto probe = biaffine::with_minibatch_by_padded_size(s, biaffine::budget::items(1));
+    auto batch = [&](std::size_t count) -> std::uint64_t {
+        const biaffine::batch_cost c = Heads ? s.heads_cost(count, max_len, m) : s.cost(count, max_len, m);
+        return c.total() + count * sizeof(biaffine::score_tensor<T>);
+    };
+    const std::uint64_t fixed = probe.bookkeeping_bytes(n) + probe.template kept_bytes<Heads>(n, m) + 128 * n;
+    return fixed + std::max(batch(1), batch(n) / 3);
 }
 
 }  // namespace golden

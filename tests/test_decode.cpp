@@ -2,7 +2,7 @@
 // brute force over every head assignment (n <= 7, every score kind: uniform,
 // ties, large masks, root-hungry, -inf masks, large magnitudes, +-inf), an
 // independent naive Chu-Liu/Edmonds (try every root, n <= 30) and the earlier
-// implementation (tests/reference_mst.hpp) on thousands of matrices, n = 1..300;
+// implementation (reference/reference_mst.hpp) on thousands of matrices, n = 1..300;
 // Eisner against brute force over every projective tree (n <= 8, enumerated
 // recursively and cross-checked by filtering all trees) and against mst_heads
 // where the best tree is projective; masking, NaN, overloads, decoding from two

@@ -270,9 +270,13 @@ void check_pipeline_case(const golden::case_dir& c)
         auto pipe = with_splits(with_minibatch_by_padded_size(with_pad_seq_unpad_matrix(s), budget::items(items)));
         check_list("pad/unpad, items(" + std::to_string(items) + ")", pipe.predict(docs, lens));
     }
-    for (std::uint64_t bytes : {std::uint64_t(4096), std::uint64_t(1) << 20}) {
+    // A budget derived from the case (several batches), and a large one.
+    const std::size_t max_len = *std::max_element(flat.begin(), flat.end());
+    const std::uint64_t small = golden::byte_budget<false>(s, flat.size(), max_len, mode::eval);
+    for (std::uint64_t bytes : {small, std::max(small, std::uint64_t(1) << 20)}) {
         auto pipe = with_splits(with_minibatch_by_padded_size(s, budget::bytes(bytes)));
         check_list("split list, bytes(" + std::to_string(bytes) + ")", pipe.predict(docs, lens));
+        if (bytes == small && flat.size() > 2) CHECK(pipe.inner().batch_count() > 1);
         // Streaming gives the same scores, each split exactly once.
         std::vector<int> seen(ref.size(), 0);
         pipe.predict_stream(docs, lens, [&](std::size_t k, std::size_t, score_view<const T> v) {

@@ -429,10 +429,13 @@ void golden_parameters(biaffine_scorer<T>& s, const std::string& path)
     for (const auto& p : s.parameters()) s.set_parameter(p.name, golden::load<double>(path, p.name, p.shape));
 }
 
+// `copies` > 1: the case's documents `copies` times over, so a case with
+// more splits (the same golden values repeated, parameter gradients summed
+// `copies` times).
 template <class T>
-void check_heads_case(const golden::case_dir& c)
+void check_heads_case(const golden::case_dir& c, int copies = 1)
 {
-    INFO("case " << c.path << " (" << type_name(T()) << ")");
+    INFO("case " << c.path << " (" << type_name(T()) << "), " << copies << " copies");
     const int n_docs = golden::load<int>(c.path, "n_docs", {1})(0);
     const int n_splits = golden::load<int>(c.path, "n_splits", {1})(0);
     const int train = golden::load<int>(c.path, "train", {1})(0);
@@ -465,6 +468,19 @@ void check_heads_case(const golden::case_dir& c)
         y_ref.push_back(golden::load<double>(c.path, "split" + std::to_string(k) + "_y", {flat_lens[k], o}));
         dy.push_back(xt::cast<T>(golden::load<double>(c.path, "split" + std::to_string(k) + "_dy", {flat_lens[k], o})));
     }
+    for (auto* list : {&y_ref, &dx_ref}) {
+        const std::vector<xt::xarray<double>> one = *list;
+        for (int r = 1; r < copies; ++r) list->insert(list->end(), one.begin(), one.end());
+    }
+    for (int r = 1; r < copies; ++r) {
+        for (int d = 0; d < n_docs; ++d) {
+            docs.push_back(docs[d]);
+            lens.push_back(lens[d]);
+            heads.push_back(heads[d]);
+        }
+        for (int k = 0; k < n_splits; ++k) dy.push_back(dy[k]);
+    }
+    const std::size_t max_len = *std::max_element(flat_lens.begin(), flat_lens.end());
     auto run = [&](const std::string& what, auto make_pipe) {
         INFO(what);
         biaffine_scorer<T> s(cfg);
@@ -481,15 +497,16 @@ void check_heads_case(const golden::case_dir& c)
         const auto dX = bp(decltype(pipe)::head_grad_views(dy));
         for (std::size_t d = 0; d < dX.size(); ++d) HEADS_CHECK("dx doc " << d, golden::compare<T>(dX[d], dx_ref[d]));
         for (const auto& p : s.parameters()) {
-            const xt::xarray<double> ref = golden::load<double>(c.path, std::string("d") + p.name, p.shape);
+            const xt::xarray<double> ref = golden::load<double>(c.path, std::string("d") + p.name, p.shape) * copies;
             xt::xarray<double> got = xt::zeros<double>(p.shape);
             std::copy(p.grad, p.grad + p.size, got.begin());
             HEADS_CHECK(std::string("d") + p.name, golden::compare<T>(got, ref));
         }
     };
     run("with_splits(scorer)", [](biaffine_scorer<T>& s) { return with_splits(s); });
-    run("with_splits(batched bytes)", [](biaffine_scorer<T>& s) {
-        return with_splits(with_minibatch_by_padded_size(s, budget::bytes(3000)));
+    run("with_splits(batched bytes)", [&](biaffine_scorer<T>& s) {
+        return with_splits(with_minibatch_by_padded_size(
+            s, budget::bytes(golden::byte_budget<true>(s, flat_lens.size() * copies, max_len, m))));
     });
     run("with_splits(batched pad/unpad)", [](biaffine_scorer<T>& s) {
         return with_splits(with_minibatch_by_padded_size(with_pad_seq_unpad_matrix(s), budget::items(6)));
@@ -508,6 +525,8 @@ TEST_CASE("labels at given heads match every heads_* golden case (y, dx, every p
     for (const auto& c : cs) {
         check_heads_case<double>(c);
         check_heads_case<float>(c);
+        // A case of three times as many splits: the budgets follow the case.
+        check_heads_case<double>(c, 3);
     }
 }
 

@@ -391,15 +391,18 @@ TEST_CASE("with_minibatch_by_padded_size: threads give the one-thread results, s
     }
 }
 
-TEST_CASE("with_minibatch_by_padded_size: a stream on threads peaks at every thread's block for the largest batch, "
-          "however long the list", "[with_minibatch_by_padded_size][threads][memory]")
+namespace {
+
+// Each thread holds one block sized for the largest batch of the plan for the
+// whole call, so the tracker's peak is threads x (that block + the per-thread
+// bookkeeping), exactly, in every run: it does not depend on which batches
+// happened to run at the same time, nor grow with the number of buffers. The
+// long list repeats the short one 8 times (buffer 8 divides 40, so it plans
+// the same batches, 8 times over). `Heads`: predict_heads_stream (labels at
+// given heads, batched by heads_cost), else predict_stream.
+template <bool Heads>
+void check_stream_peak()
 {
-    // Each thread holds one block sized for the largest batch of the plan
-    // for the whole call, so the tracker's peak is threads x (that block +
-    // the per-thread bookkeeping), exactly, in every run: it does not depend
-    // on which batches happened to run at the same time, nor grow with the
-    // number of buffers. The long list repeats the short one 8 times (buffer
-    // 8 divides 40, so it plans the same batches, 8 times over).
     std::mt19937 rng(77);
     scorer_config c;
     c.n_in = 16;
@@ -410,7 +413,9 @@ TEST_CASE("with_minibatch_by_padded_size: a stream on threads peaks at every thr
     const sizes base = random_lengths(rng, 40, 30);
     sizes repeated;
     for (int r = 0; r < 8; ++r) repeated.insert(repeated.end(), base.begin(), base.end());
-    const budget b = budget::bytes(96 * 1024);
+    // A heads batch costs far less than a scores batch: a budget that buys
+    // batches of a few splits either way.
+    const budget b = budget::bytes(Heads ? 24 * 1024 : 96 * 1024);
     batch_options o;
     o.buffer = 8;
     o.threads = 2;
@@ -418,14 +423,27 @@ TEST_CASE("with_minibatch_by_padded_size: a stream on threads peaks at every thr
     for (const sizes* lengths : {&base, static_cast<const sizes*>(&repeated)}) {
         const item_set<float> items = make_items<float>(rng, *lengths, c.n_in);
         const std::size_t n = lengths->size();
+        std::vector<std::vector<std::size_t>> heads(n);
+        for (std::size_t k = 0; k < n; ++k) {
+            for (std::size_t i = 0; i < (*lengths)[k]; ++i) {
+                heads[k].push_back(std::uniform_int_distribution<std::size_t>(0, (*lengths)[k] - 1)(rng));
+            }
+        }
         const std::uint64_t own = layer.bookkeeping_bytes(n);
-        auto cost = [&](std::size_t count, std::size_t len) { return layer.planned_bytes(count, len, mode::eval); };
+        // What the layer plans a batch at (its documented rule: the inner
+        // layer's cost and one score tensor per split) and the batch's scratch.
+        auto inner_cost = [&](std::size_t count, std::size_t len) {
+            return Heads ? sc.heads_cost(count, len, mode::eval) : sc.cost(count, len, mode::eval);
+        };
+        auto cost = [&](std::size_t count, std::size_t len) {
+            return inner_cost(count, len).total() + count * sizeof(score_tensor<float>);
+        };
         std::uint64_t largest = 0;
         for (const auto& batch : th::reference_batches(*lengths, o.buffer, cost, b.value - own)) {
             std::size_t mx = 0;
             for (auto i : batch) mx = std::max(mx, (*lengths)[i]);
             REQUIRE(cost(batch.size(), mx) <= b.value - own);  // no oversize split in this workload
-            largest = std::max(largest, sc.cost(batch.size(), mx, mode::eval).scratch);
+            largest = std::max(largest, inner_cost(batch.size(), mx).scratch);
         }
         const std::uint64_t threads = layer.threads_for(n);
         const std::uint64_t want = threads * (own + detail::round_up_bytes(largest));
@@ -434,13 +452,31 @@ TEST_CASE("with_minibatch_by_padded_size: a stream on threads peaks at every thr
             std::size_t delivered = 0;
             const std::uint64_t before = tracker().current_bytes();
             tracker().reset_peak();
-            layer.predict_stream(items.views, [&](std::size_t, score_view<const float>) { ++delivered; });
+            if constexpr (Heads) {
+                layer.predict_heads_stream(items.views, heads, [&](std::size_t, seq_view<const float>) { ++delivered; });
+            } else {
+                layer.predict_stream(items.views, [&](std::size_t, score_view<const float>) { ++delivered; });
+            }
             REQUIRE(delivered == n);
             REQUIRE(tracker().peak_bytes() - before == want);
             REQUIRE(tracker().current_bytes() == before);
             REQUIRE(want <= threads * b.value);
         }
     }
+}
+
+}  // namespace
+
+TEST_CASE("with_minibatch_by_padded_size: a stream on threads peaks at every thread's block for the largest batch, "
+          "however long the list", "[with_minibatch_by_padded_size][threads][memory]")
+{
+    check_stream_peak<false>();
+}
+
+TEST_CASE("with_minibatch_by_padded_size: a heads stream on threads peaks at every thread's block for the largest "
+          "batch, as a scores stream", "[with_minibatch_by_padded_size][threads][memory][heads]")
+{
+    check_stream_peak<true>();
 }
 
 TEST_CASE("with_minibatch_by_padded_size: oversize policies", "[with_minibatch_by_padded_size][errors]")

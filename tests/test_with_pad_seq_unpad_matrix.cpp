@@ -273,6 +273,19 @@ TEST_CASE("with_pad_seq_unpad_matrix: the reported cost covers the measured work
               << " bytes\n";
 }
 
+namespace {
+
+scorer_config small_config(std::size_t n_in, std::size_t hidden, std::size_t labels)
+{
+    scorer_config cfg;
+    cfg.n_in = n_in;
+    cfg.hidden = hidden;
+    cfg.labels = labels;
+    return cfg;
+}
+
+}  // namespace
+
 TEST_CASE("with_pad_seq_unpad_matrix: edge cases and bad input", "[with_pad_seq_unpad_matrix][errors]")
 {
     std::mt19937 rng(1);
@@ -331,6 +344,15 @@ TEST_CASE("with_pad_seq_unpad_matrix: edge cases and bad input", "[with_pad_seq_
                                 Catch::Contains("split 0") && Catch::Contains("expected a gradient of [2, 2, 1]") &&
                                     Catch::Contains("got [2, 2, 2]"));
         }
+        {
+            // dY right, dX short: the message names dX and its count.
+            auto [Y, bp] = pad.forward(it.views, mode::train);
+            const score_list<double> dY = random_score_grads<double>(rng, {2, 3}, 1);
+            const auto dYv = views_of(dY);
+            REQUIRE_THROWS_WITH(bp(span<const score_view<const double>>(dYv.data(), 2),
+                                   span<const seq_view<double>>(dX.views.data(), 1)),
+                                Catch::Contains("expected 2 input gradient slots (dX), got 1"));
+        }
         auto [Y, bp] = pad.forward(it.views, mode::train);
         const score_list<double> dY = random_score_grads<double>(rng, {2, 3}, 1);
         const auto dYv = views_of(dY);
@@ -339,13 +361,29 @@ TEST_CASE("with_pad_seq_unpad_matrix: edge cases and bad input", "[with_pad_seq_
                              span<const seq_view<double>>(dX.views.data(), 2)),
                           backprop_error);
     }
+    SECTION("labels at given heads: gradients of the wrong count name the argument")
+    {
+        biaffine_scorer<double> scorer(small_config(3, 2, 2));
+        auto p = with_pad_seq_unpad_matrix(scorer);
+        const items_t<double> it = make_items<double>(rng, {2, 3}, 3);
+        const std::vector<std::vector<std::size_t>> heads{{1, 1}, {0, 0, 1}};
+        grad_slots<double> dX(it.lengths, 3);
+        std::vector<std::vector<double>> dy{std::vector<double>(2 * 2), std::vector<double>(3 * 2)};
+        const std::vector<seq_view<const double>> dYv{{dy[0].data(), 2, 2, 2, 1}, {dy[1].data(), 3, 2, 2, 1}};
+        {
+            auto [Y, bp] = p.forward_heads(it.views, heads, mode::train);
+            REQUIRE_THROWS_WITH(bp(span<const seq_view<const double>>(dYv.data(), 2),
+                                   span<const seq_view<double>>(dX.views.data(), 1)),
+                                Catch::Contains("expected 2 input gradient slots (dX), got 1"));
+        }
+        auto [Y, bp] = p.forward_heads(it.views, heads, mode::train);
+        REQUIRE_THROWS_WITH(bp(span<const seq_view<const double>>(dYv.data(), 1),
+                               span<const seq_view<double>>(dX.views.data(), 2)),
+                            Catch::Contains("expected 2 split gradients (dY), got 1"));
+    }
     SECTION("size computations that would overflow 64 bits")
     {
-        scorer_config cfg;
-        cfg.n_in = 2;
-        cfg.hidden = 2;
-        cfg.labels = 4;
-        biaffine_scorer<float> scorer(cfg);
+        biaffine_scorer<float> scorer(small_config(2, 2, 4));
         auto p = with_pad_seq_unpad_matrix(scorer);
         // count * L^2 * o * sizeof(T) = 2^20 * 2^46 * 4 * 4 > 2^64
         REQUIRE_THROWS_AS(p.cost(std::size_t(1) << 20, std::size_t(1) << 23), overflow_error);

@@ -21,6 +21,7 @@
 //   detail/scorer_cost.hpp     what a batch costs in bytes (the batcher's budget unit)
 //   detail/scorer_forward.hpp  forward and backward over split lists
 //   detail/scorer_padded.hpp   the padded (reference-compatible) interface
+//   detail/scorer_heads.hpp    labels at given heads ([n, o] per split): predict_heads, forward_heads
 //   scorer_io.hpp              .npy save / load over parameters()
 // The arithmetic itself goes through the compute backend chosen in
 // detail/compute/backend.hpp.

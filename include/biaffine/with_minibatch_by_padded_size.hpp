@@ -266,7 +266,7 @@ public:
         static_assert(check_heads_layer<inner_type>());
         check_split_heads(X, H);
         std::mutex sink_mutex;
-        run<true>(X, mode::eval, opts_.threads, /*reserve=*/false, /*kept=*/0,
+        run<true>(X, mode::eval, opts_.threads, /*reserve=*/true, /*kept=*/0,
                   [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t,
                       auto&& my_turn) {
                       bool turn_taken = false;

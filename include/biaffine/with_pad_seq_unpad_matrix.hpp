@@ -28,6 +28,24 @@
 
 BIAFFINE_NAMESPACE_BEGIN
 
+namespace detail {
+
+// A padded batch's backprop takes one score gradient (dY) and one input
+// gradient slot (dX) per split of its forward; the error names the argument
+// whose count differs.
+inline void check_backprop_counts(std::size_t count, std::size_t dy, std::size_t dx)
+{
+    if (dy != count) {
+        throw shape_error(msg("with_pad_seq_unpad_matrix backprop: expected ", count, " split gradients (dY), got ", dy));
+    }
+    if (dx != count) {
+        throw shape_error(
+            msg("with_pad_seq_unpad_matrix backprop: expected ", count, " input gradient slots (dX), got ", dx));
+    }
+}
+
+}  // namespace detail
+
 /// See the file comment. `Inner` is a padded layer (check_padded_layer):
 /// `predict_padded(x, lengths)`, `forward_padded(x, lengths, mode)`,
 /// `padded_cost`, `n_in`, `labels`, `score_shape` (biaffine_scorer has them).
@@ -115,10 +133,7 @@ public:
         backprop_type bp([x = std::move(x), lens = std::move(lens), inner_bp = std::move(inner_bp), shape, L, o,
                           n_in](span<const score_view<const T>> dY, span<const seq_view<T>> dX) mutable {
             const std::size_t count = lens.size();
-            if (dY.size() != count || dX.size() != count) {
-                throw shape_error(detail::msg("with_pad_seq_unpad_matrix backprop: expected ", count,
-                                              " split gradients, got ", dY.size()));
-            }
+            detail::check_backprop_counts(count, dY.size(), dX.size());
             score_array<T> dy = xt::zeros<T>(shape);
             for (std::size_t k = 0; k < count; ++k) {
                 const std::size_t n = static_cast<std::size_t>(lens[k]);
@@ -217,10 +232,7 @@ public:
         heads_backprop_type bp([x = std::move(x), lens = std::move(lens), inner_bp = std::move(inner_bp), L, o,
                                 n_in](span<const seq_view<const T>> dY, span<const seq_view<T>> dX) mutable {
             const std::size_t count = lens.size();
-            if (dY.size() != count || dX.size() != count) {
-                throw shape_error(detail::msg("with_pad_seq_unpad_matrix backprop: expected ", count,
-                                              " split gradients, got ", dY.size()));
-            }
+            detail::check_backprop_counts(count, dY.size(), dX.size());
             score_array<T> dy = xt::zeros<T>({count, L, o});
             for (std::size_t k = 0; k < count; ++k) {
                 const std::size_t n = static_cast<std::size_t>(lens[k]);

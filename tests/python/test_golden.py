@@ -63,6 +63,21 @@ def test_model_padded(case, dtype):
         close(grad, load(case, "d" + name), dtype)
 
 
+def derived_budget(s, split_lengths, train=False):
+    # A byte budget derived from the case, so batching still splits it however
+    # many splits it has: a third of one batch of every split, at least the
+    # longest split alone, plus what the call holds whatever its batching
+    # (what a forward keeps until backprop, the parameter-gradient snapshot,
+    # and 512 bytes a split of room for the batcher's and with_splits'
+    # bookkeeping and the score tensors' headers).
+    n, longest = len(split_lengths), max(split_lengths)
+    held = 512 * n
+    if train:
+        held += s.cost(n, 0, True)["saved"] + sum(g.nbytes for _, _, g in s.parameters())
+    batch = max(s.cost(1, longest, train)["total"], s.cost(n, longest, train)["total"] // 3)
+    return biaffine.budget.bytes(held + batch)
+
+
 @pytest.mark.parametrize("pad", [False, True])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("case", cases("model_"))
@@ -77,7 +92,7 @@ def test_model_through_pipeline(case, dtype, pad):
     labels = 1 if y_ref.ndim == 3 else y_ref.shape[3]
     s = scorer_from(case, dtype, labels)
     docs = [np.ascontiguousarray(x[b, :n], dtype=dtype) for b, n in enumerate(lengths)]
-    Y, bp = s.forward(docs, [[n] for n in lengths], train=train, budget=biaffine.budget.bytes(1 << 16),
+    Y, bp = s.forward(docs, [[n] for n in lengths], train=train, budget=derived_budget(s, lengths, train),
                       pad_seq_unpad_matrix=pad)
     assert len(Y) == len(lengths)
     for b, n in enumerate(lengths):
@@ -99,14 +114,15 @@ def test_pipeline(case, dtype, threads):
     ref = [load(case, f"split{k}_y") for k in range(load(case, "n_splits").item())]
     labels = 1 if ref[0].ndim == 2 else ref[0].shape[2]
     s = scorer_from(case, dtype, labels)
-    for budget in (biaffine.budget.bytes(1 << 14), biaffine.budget.items(16), None):
+    flat = [int(n) for ls in lengths for n in ls]
+    for budget in (derived_budget(s, flat), biaffine.budget.items(16), None):
         Y = s.predict(docs, lengths, budget=budget, threads=threads)
         assert len(Y) == len(ref)
         for y, r in zip(Y, ref):
             close(y, r, dtype)
     got = {}
     s.predict_stream(docs, lengths, lambda k, d, v: got.__setitem__(k, v.copy()), threads=threads,
-                     budget=biaffine.budget.bytes(1 << 14))
+                     budget=derived_budget(s, flat))
     assert sorted(got) == list(range(len(ref)))
     for k, r in enumerate(ref):
         close(got[k], r, dtype)

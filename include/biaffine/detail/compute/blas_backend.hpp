@@ -140,7 +140,8 @@ struct blas_backend : eigen_backend<T> {
     }
 
 private:
-    // out [N, h + bias] = relu(xp W^T + b), with the trailing column of ones.
+    // out [N, h + bias] = relu(xp W^T + b), with the trailing column of ones;
+    // a NaN reaches its split's scores (scorer.hpp), so relu keeps it.
     static void project(const scorer_dims& d, const T* xp, std::size_t N, const T* w, const T* b, bool bias, T* out)
     {
         if (N == 0) return;
@@ -151,7 +152,7 @@ private:
             T* row = out + r * width;
             for (std::size_t j = 0; j < h; ++j) {
                 const T z = row[j] + b[j];
-                row[j] = z > T(0) ? z : T(0);
+                row[j] = z < T(0) ? T(0) : z;  // NaN stays NaN, as on Eigen and the kernel
             }
             if (bias) row[h] = T(1);
         }

@@ -1,9 +1,11 @@
-// tests/reference_mst.hpp - the dense Chu-Liu/Edmonds that biaffine::mst_heads
+// reference/reference_mst.hpp - the dense Chu-Liu/Edmonds that biaffine::mst_heads
 // used up to issue 18, kept verbatim as a reference: every score becomes a
 // 24-byte lexicographic weight (root count, infinity count, finite sum) before
 // the algorithm starts. test_decode checks the new mst_heads against it (same
 // tree, since the new one follows the same search order), and bench_decode
-// times both so the speedup shows in one run.
+// times both so the speedup shows in one run. reference/ holds what tests
+// and benches both use (the CMake target biaffine_reference puts it on their
+// include path); neither includes the other's files.
 #pragma once
 
 #include <cmath>
