@@ -10,13 +10,17 @@
 #                                     BLAS backend on (OpenBLAS): compiles every
 #                                     target, then runs the backend, golden and
 #                                     gradient tests on it (-O0, so only those)
-#   bash scripts/ci_werror.sh avx512  g++ for an AVX-512 target (-march=skylake-avx512),
+#   bash scripts/ci_werror.sh avx512  g++ for an AVX-512 target with AVX512_BF16
+#                                     (-march=skylake-avx512 -mavx512bf16: the
+#                                     bf16 kernels of avx512_bf16.hpp too),
 #                                     Release, every target, compile and link
 #                                     only (nothing AVX-512 can run on a CPU
 #                                     without it), in build-avx512/: the
 #                                     code paths Eigen takes there, and GCC
 #                                     12's false positives on them (bug 105593),
-#                                     whatever CPU CI happens to run on
+#                                     whatever CPU CI happens to run on;
+#                                     BIAFFINE_WITH_ONEDNN=1 adds oneDNN and
+#                                     bench_bf16
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,10 +48,13 @@ case "${1:-}" in
     ;;
   avx512)
     bash scripts/install_deps.sh
+    onednn=OFF
+    if [ "${BIAFFINE_WITH_ONEDNN:-0}" = 1 ]; then onednn=ON; fi
     # -O2 rather than -O3: the same inlining of Eigen's AVX-512 packets (where
     # GCC's warnings come from) in less compile time.
     cmake -S . -B build-avx512 -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" \
-      -DBIAFFINE_NATIVE=OFF "-DCMAKE_CXX_FLAGS=-march=skylake-avx512" -DBIAFFINE_WERROR=ON \
+      -DBIAFFINE_NATIVE=OFF "-DCMAKE_CXX_FLAGS=-march=skylake-avx512 -mavx512bf16" -DBIAFFINE_WERROR=ON \
+      -DBIAFFINE_WITH_ONEDNN=$onednn \
       -DBIAFFINE_BUILD_TESTS=ON -DBIAFFINE_BUILD_EXAMPLES=ON -DBIAFFINE_BUILD_BENCH=ON -DBIAFFINE_BUILD_FUZZ=OFF -DBIAFFINE_CHECK_HEADERS=OFF >/dev/null
     cmake --build build-avx512 -j2 -- $(keep_going build-avx512)
     ;;

@@ -10,6 +10,8 @@ have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok
 # BIAFFINE_WITH_BLAS=1 (the CMake option of that name): OpenBLAS's CBLAS too.
 blas=""
 if [ "${BIAFFINE_WITH_BLAS:-0}" = 1 ]; then blas="libopenblas-dev"; fi
+# BIAFFINE_WITH_ONEDNN=1 (the CMake option of that name): oneDNN for bench_bf16.
+if [ "${BIAFFINE_WITH_ONEDNN:-0}" = 1 ]; then blas="$blas libdnnl-dev"; fi
 for p in cmake g++ make libeigen3-dev libxtensor-dev catch2 libbenchmark-dev \
   python3-dev python3-numpy pybind11-dev python3-thinc python3-pytest $blas ${BIAFFINE_EXTRA_PACKAGES:-}; do
   have_pkg "$p" || need+=("$p")

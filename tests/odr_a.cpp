@@ -1,10 +1,17 @@
 // tests/odr_a.cpp + tests/odr_b.cpp: one binary, two translation units that
 // both include the umbrella header and instantiate the same templates (scorer
-// and pipeline, float and double). It must link (no multiple definitions:
-// everything in the headers is inline or a template), the process-wide state
-// must be one object (the tracker, the thread's workspace arena), and each
-// unit's computations must be right. Built with link-time optimisation when
-// available, so GCC's -Wodr can diagnose mismatched definitions.
+// and pipeline, float and double). Where the target allows, the two units are
+// built for different ISA levels (tests/CMakeLists.txt: this one for AVX2 +
+// FMA, odr_b.cpp for the project's target, AVX-512 on this machine), and so
+// get different ABI names (abi.hpp): each must then run its own copy of the
+// library (its own float backend and ABI name, its own process-wide state),
+// and compute right; a shared ABI name there would be the silent mix the
+// inline namespace exists to prevent. Built with the same flags, the units
+// share one ABI name, one tracker and one workspace arena. Either way it must
+// link (no multiple definitions: everything in the headers is inline or a
+// template). Built with link-time optimisation when available, so GCC's -Wodr
+// can diagnose mismatched definitions. `test_odr --tags` prints the two ABI
+// names (tests/odr_symbols.cmake checks the binary's symbols carry them).
 //
 // This unit: inference (predict and predict_stream through with_splits +
 // with_minibatch_by_padded_size + with_pad_seq_unpad_matrix) against naive
@@ -16,12 +23,20 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#ifndef BIAFFINE_ODR_DISTINCT
+#define BIAFFINE_ODR_DISTINCT 0  // 1: the two units are built for different ISA levels
+#endif
+
 // Defined in odr_b.cpp.
 int odr_b_check(std::string& log);
+const char* odr_b_abi_tag();
+const char* odr_b_backend();
 const void* odr_b_tracker();
+unsigned long long odr_b_tracker_bytes();
 const void* odr_b_arena();
 unsigned long long odr_b_tracked_allocation(std::size_t bytes, bool release);
 
@@ -118,27 +133,61 @@ int odr_a_check(std::string& log)
     return failures;
 }
 
-int main()
+// The float backend a build with this ABI name runs (abi.hpp's rule) against
+// the backend the unit's scorer was compiled with (backend.hpp's choice).
+int check_backend_in_tag(const char* unit, const char* tag, const char* backend, std::string& log)
 {
+    const std::string t(tag), b(backend);
+    const std::string expected = t.find("_blas_") != std::string::npos         ? "blas"
+                                 : t.find("_avx2kernel_") != std::string::npos ? "avx2"
+                                                                               : "eigen";
+    if (b == expected) return 0;
+    log += std::string(unit) + ": ABI name " + t + " but float runs on the " + b + " backend\n";
+    return 1;
+}
+
+int main(int argc, char** argv)
+{
+    const char* tag_a = biaffine::abi_tag;
+    const char* tag_b = odr_b_abi_tag();
+    if (argc > 1 && std::strcmp(argv[1], "--tags") == 0) {
+        std::printf("%s\n%s\n", tag_a, tag_b);
+        return 0;
+    }
+    const char* backend_a = biaffine::detail::compute_backend<float>::name;
+    std::printf("odr: unit a: ABI %s, float on %s\nodr: unit b: ABI %s, float on %s\n", tag_a, backend_a, tag_b,
+                odr_b_backend());
     std::string log;
     int failures = odr_a_check(log) + odr_b_check(log);
-    // One tracker and one workspace arena per thread, whichever unit asks.
-    if (&biaffine::tracker() != odr_b_tracker()) {
-        log += "the two units see different memory trackers\n";
+    failures += check_backend_in_tag("a", tag_a, backend_a, log) + check_backend_in_tag("b", tag_b, odr_b_backend(), log);
+    const bool distinct = std::strcmp(tag_a, tag_b) != 0;
+    if (distinct != bool(BIAFFINE_ODR_DISTINCT)) {
+        log += BIAFFINE_ODR_DISTINCT ? "the units were built for different ISA levels but share one ABI name\n"
+                                     : "the units were built alike but have different ABI names\n";
         ++failures;
     }
-    if (static_cast<const void*>(&biaffine::detail::arena()) != odr_b_arena()) {
-        log += "the two units see different workspace arenas on one thread\n";
+    // Built alike: one tracker and one workspace arena per thread, whichever
+    // unit asks. Built apart: each unit has its own.
+    if ((&biaffine::tracker() == odr_b_tracker()) == distinct) {
+        log += distinct ? "units of different ABIs share a memory tracker\n"
+                        : "the two units see different memory trackers\n";
+        ++failures;
+    }
+    if ((static_cast<const void*>(&biaffine::detail::arena()) == odr_b_arena()) == distinct) {
+        log += distinct ? "units of different ABIs share a workspace arena\n"
+                        : "the two units see different workspace arenas on one thread\n";
         ++failures;
     }
     // Bytes allocated through the tracking allocator in unit b are counted by
-    // the tracker unit a reads, and released again.
-    const unsigned long long before = biaffine::tracker().current_bytes();
-    const unsigned long long reported = odr_b_tracked_allocation(4096, false);
-    const unsigned long long during = biaffine::tracker().current_bytes();
-    odr_b_tracked_allocation(4096, true);
-    if (during - before != 4096 || reported != during || biaffine::tracker().current_bytes() != before) {
-        log += "tracked allocations in unit b are not seen by unit a's tracker\n";
+    // unit b's tracker (the one unit a reads when built alike), and released.
+    const unsigned long long a_before = biaffine::tracker().current_bytes();
+    const unsigned long long b_before = odr_b_tracker_bytes();
+    const unsigned long long b_during = odr_b_tracked_allocation(4096, false);
+    const unsigned long long a_during = biaffine::tracker().current_bytes();
+    const unsigned long long b_after = odr_b_tracked_allocation(4096, true);
+    if (b_during - b_before != 4096 || b_after != b_before || a_during - a_before != (distinct ? 0 : 4096)) {
+        log += "tracked allocations in unit b are not counted by " +
+               std::string(distinct ? "unit b's tracker alone\n" : "the one tracker\n");
         ++failures;
     }
     std::printf("%sodr: %d failure(s)\n", log.c_str(), failures);

@@ -1,7 +1,9 @@
 // tests/odr_b.cpp: the second translation unit of the ODR test (see
-// odr_a.cpp). This unit: training through the pipeline in float and double
-// (forward in train mode, backprop), input gradients checked against central
-// finite differences in double; head decoding and lazy splitting.
+// odr_a.cpp), built for another ISA level than odr_a.cpp where the target
+// allows (tests/CMakeLists.txt). This unit: training through the pipeline in
+// float and double (forward in train mode, backprop), input gradients checked
+// against central finite differences in double; head decoding and lazy
+// splitting; its ABI name and float backend.
 #include <biaffine/biaffine.hpp>
 
 #include <xtensor/xtensor.hpp>
@@ -107,7 +109,10 @@ int odr_b_check(std::string& log)
     return failures;
 }
 
+const char* odr_b_abi_tag() { return biaffine::abi_tag; }
+const char* odr_b_backend() { return biaffine::detail::compute_backend<float>::name; }
 const void* odr_b_tracker() { return &biaffine::tracker(); }
+unsigned long long odr_b_tracker_bytes() { return biaffine::tracker().current_bytes(); }
 const void* odr_b_arena() { return &biaffine::detail::arena(); }
 
 // Allocates (release = false) or frees (release = true) one tracked block of

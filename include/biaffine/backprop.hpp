@@ -6,13 +6,15 @@
 // gradients twice by accident is a silent training bug otherwise.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <memory>
 #include <type_traits>
 #include <utility>
 
 #include "biaffine/errors.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 
 template <class Signature>
 class backprop_fn;
@@ -66,4 +68,4 @@ private:
     bool called_ = false;
 };
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -10,6 +10,8 @@
 // through count * L.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -20,7 +22,7 @@
 #include "biaffine/errors.hpp"
 #include "biaffine/tensor.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 
 /// What a budget counts.
 enum class budget_kind {
@@ -147,4 +149,4 @@ inline std::vector<std::vector<std::size_t>> minibatch_by_padded_size(const std:
     return out;
 }
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

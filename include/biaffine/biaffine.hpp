@@ -9,6 +9,7 @@
 #include "biaffine/memory_log.hpp"
 #include "biaffine/layer.hpp"
 #include "biaffine/tensor.hpp"
+#include "biaffine/abi.hpp"
 #include "biaffine/backprop.hpp"
 #include "biaffine/workspace.hpp"
 #include "biaffine/pairwise_bilinear.hpp"

@@ -16,6 +16,8 @@
 // decoding from several threads at once (a concurrent sink) is safe.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -33,7 +35,7 @@
 #include "biaffine/errors.hpp"
 #include "biaffine/tensor.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 /// Index of the first maximum of row `r` (n >= 1 values; m names the row in
@@ -351,4 +353,4 @@ inline bool is_tree(const std::vector<std::size_t>& heads)
     return true;
 }
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -5,13 +5,15 @@
 // where: the document / split index, the expected and the actual value.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <cstddef>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 
 /// Base of every exception the library throws for bad input or misuse.
 class error : public std::invalid_argument {
@@ -70,4 +72,4 @@ std::string msg(Args&&... args)
 }
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -1,9 +1,11 @@
 // biaffine/fwd.hpp - forward declarations of the public types.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <cstddef>
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 
 struct work_tag;
 struct output_tag;
@@ -46,4 +48,4 @@ class with_minibatch_by_padded_size_layer;
 template <class Inner>
 class with_pad_seq_unpad_matrix_layer;
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

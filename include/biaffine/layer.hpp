@@ -8,6 +8,8 @@
 // your own layer can be another.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -19,7 +21,7 @@
 #include "biaffine/errors.hpp"
 #include "biaffine/tensor.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 
 /// Evaluation mode of a forward pass: `train` applies dropout and the softmax.
 enum class mode { eval, train };
@@ -420,4 +422,4 @@ protected:
 
 }  // namespace detail
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -12,6 +12,8 @@
 // equal scores is therefore cut right after its first token.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <cmath>
 #include <cstddef>
 #include <iterator>
@@ -22,7 +24,7 @@
 
 #include "biaffine/errors.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 /// Strict "a scores lower than b" with NaN below everything; NaNs tie.
@@ -251,4 +253,4 @@ std::vector<std::size_t> cap_split_lengths(const std::vector<std::size_t>& lengt
         });
 }
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -9,6 +9,8 @@
 // itself is logsumexp(S[m]) - S[m, gold[m]], computed from the row maximum.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -21,7 +23,7 @@
 #include "biaffine/errors.hpp"
 #include "biaffine/tensor.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 
 namespace detail {
 
@@ -174,4 +176,4 @@ std::pair<double, score_list<T>> cross_entropy_labels(const Labels& Y, const Gol
     return out;
 }
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

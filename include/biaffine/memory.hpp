@@ -7,6 +7,8 @@
 // moment, not just at the end. Thread-safe.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -20,7 +22,7 @@
 #include "biaffine/detail/output_chunks.hpp"
 #include "biaffine/errors.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 
 /// Category tag of tracking_allocator: scratch, activations, bookkeeping.
 struct work_tag {};
@@ -265,4 +267,4 @@ private:
         static_cast<std::size_t>(cached ? BIAFFINE_CACHED_BLOCK_MIN_BYTES : BIAFFINE_HUGE_PAGE_MIN_BYTES);
 };
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -6,6 +6,8 @@
 // elapsed time. Cheap (a lock and a clock read), so it can stay in code.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -19,7 +21,7 @@
 #include "biaffine/errors.hpp"
 #include "biaffine/memory.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 
 /// One row of a memory_log.
 struct memory_checkpoint {
@@ -124,4 +126,4 @@ private:
     std::vector<memory_checkpoint> rows_;
 };
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

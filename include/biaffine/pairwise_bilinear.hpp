@@ -11,6 +11,8 @@
 // scorer (projections, masks, softmax) and the layers live elsewhere.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -20,7 +22,7 @@
 #include "biaffine/errors.hpp"
 #include "biaffine/tensor.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 // Copies u [L, h] into ua [L, h + bias] with a trailing column of ones.
@@ -128,4 +130,4 @@ std::pair<tensor<T, 3>, tensor<T, 3>> pairwise_bilinear_backward(const tensor<T,
     return {std::move(du), std::move(dv)};
 }
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -28,6 +28,8 @@
 // detail/compute/backend.hpp.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -47,7 +49,7 @@
 #include "biaffine/tensor.hpp"
 #include "biaffine/workspace.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 
 /// What a training forward returns (and its backprop takes the gradient of).
 enum class train_output {
@@ -608,7 +610,7 @@ private:
     mutable bool has_grads_ = false;
 };
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END
 
 #include "biaffine/detail/scorer_cost.hpp"
 #include "biaffine/detail/scorer_forward.hpp"

@@ -11,6 +11,8 @@
 // written, so a failed save leaves no half-written set that would load.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -25,7 +27,7 @@
 #include "biaffine/scorer.hpp"
 #include "biaffine/tensor.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 
 namespace detail {
 
@@ -273,4 +275,4 @@ void biaffine_scorer<T>::load_npy(const std::string& dir)
     biaffine::load_npy(*this, dir);
 }
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -6,6 +6,8 @@
 // documents is ever made to hand a split to a layer.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -19,7 +21,7 @@
 #include "biaffine/errors.hpp"
 #include "biaffine/memory.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 
 /// Owning N-d array on the tracked heap (work category), row-major.
 template <class T, std::size_t N>
@@ -277,4 +279,4 @@ score_view<T> padded_scores(T* base, std::size_t k, std::size_t n, std::size_t L
     return {base + k * L * L * o, n, o, static_cast<std::ptrdiff_t>(L * o)};
 }
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -7,6 +7,8 @@
 // "working set <= budget" holds for the whole call, not just per batch.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -25,7 +27,7 @@
 #include "biaffine/tensor.hpp"
 #include "biaffine/workspace.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 
 namespace detail {
 
@@ -505,4 +507,4 @@ auto with_minibatch_by_padded_size(Inner&& inner, budget b, batch_options opts =
     return with_minibatch_by_padded_size_layer<Inner>(std::forward<Inner>(inner), b, opts);
 }
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -10,6 +10,8 @@
 // layer's, the padded output) so a byte budget accounts for all of it.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -25,7 +27,7 @@
 #include "biaffine/tensor.hpp"
 #include "biaffine/workspace.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 
 /// See the file comment. `Inner` is a padded layer (check_padded_layer):
 /// `predict_padded(x, lengths)`, `forward_padded(x, lengths, mode)`,
@@ -338,4 +340,4 @@ auto with_pad_seq_unpad_matrix(Inner&& inner)
     return with_pad_seq_unpad_matrix_layer<Inner>(std::forward<Inner>(inner));
 }
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -12,6 +12,8 @@
 // so inference keeps O(documents) bookkeeping however many splits there are.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -26,7 +28,7 @@
 #include "biaffine/layer.hpp"
 #include "biaffine/tensor.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 
 namespace detail {
 
@@ -490,4 +492,4 @@ auto with_splits(Inner&& inner)
     return with_splits_layer<Inner>(std::forward<Inner>(inner));
 }
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -10,6 +10,8 @@
 // buffer per request.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -18,7 +20,7 @@
 #include "biaffine/detail/checked.hpp"
 #include "biaffine/memory.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 constexpr std::size_t scratch_alignment = 64;
@@ -143,4 +145,4 @@ private:
     std::size_t carved_ = 0;
 };
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -11,17 +11,23 @@ Thinc layers are in ``biaffine.thinc``.
 """
 from ._biaffine import (  # noqa: F401
     __version__,
+    abi_tag,
     Error,
     ShapeError,
     LengthError,
     BudgetError,
     OverflowError,
     BackpropError,
+    HeadError,
     budget,
     biaffine_scorer_float32,
     biaffine_scorer_float64,
     mst_heads,
     argmax_heads,
+    eisner_heads,
+    labels_at_heads,
+    cross_entropy_heads,
+    cross_entropy_labels,
     is_tree,
     lazy_split,
     cap_split_lengths,
@@ -41,11 +47,15 @@ _SCORERS = {"float32": biaffine_scorer_float32, "float64": biaffine_scorer_float
 
 
 def biaffine_scorer(n_in, hidden=128, labels=1, *, bias_u=True, bias_v=True, dropout=0.0, seed=0,
-                    dtype="float32", recompute_in_backward=False):
+                    dtype="float32", recompute_in_backward=False, train_outputs="probabilities"):
     """A biaffine scorer (C++ ``biaffine_scorer<float>`` or ``<double>``).
 
-    ``dtype`` is "float32" or "float64" (or the numpy dtype); inputs must then
-    be C-contiguous arrays of exactly that dtype. Returns a
+    ``n_in`` input width, ``hidden`` projection width h, ``labels`` o (1: arc
+    scores ``[n, n]``, else ``[n, n, o]``). ``dtype`` is "float32" or
+    "float64" (or the numpy dtype); inputs must then be C-contiguous arrays of
+    exactly that dtype. ``train_outputs`` is what a training forward returns:
+    "probabilities" (softmax over the last axis, the reference's) or "logits"
+    (for cross_entropy_heads / cross_entropy_labels). Returns a
     ``biaffine_scorer_float32`` or ``biaffine_scorer_float64``.
     """
     import numpy as np
@@ -56,13 +66,14 @@ def biaffine_scorer(n_in, hidden=128, labels=1, *, bias_u=True, bias_v=True, dro
         key = str(dtype)
     if key not in _SCORERS:
         raise TypeError(f"biaffine_scorer: dtype must be float32 or float64, got {dtype!r}")
-    return _SCORERS[key](n_in, hidden, labels, bias_u, bias_v, dropout, seed, recompute_in_backward)
+    return _SCORERS[key](n_in, hidden, labels, bias_u, bias_v, dropout, seed, recompute_in_backward, train_outputs)
 
 
 __all__ = [
     "biaffine_scorer", "biaffine_scorer_float32", "biaffine_scorer_float64", "budget",
-    "Error", "ShapeError", "LengthError", "BudgetError", "BackpropError",
-    "mst_heads", "argmax_heads", "is_tree", "lazy_split", "cap_split_lengths", "minibatch_by_padded_size",
+    "Error", "ShapeError", "LengthError", "BudgetError", "BackpropError", "HeadError",
+    "mst_heads", "argmax_heads", "eisner_heads", "labels_at_heads", "cross_entropy_heads", "cross_entropy_labels",
+    "is_tree", "lazy_split", "cap_split_lengths", "minibatch_by_padded_size",
     "pairwise_bilinear", "pairwise_bilinear_backward",
     "memory_stats", "reset_peak", "set_limit", "limit", "format_bytes", "memory_log", "memory_checkpoint",
 ]

@@ -15,6 +15,18 @@ of spaCy-experimental's layers of the same names, so they can be swapped in::
         with_splits(with_minibatch_by_padded_size(scorer, size=biaffine.budget.megabytes(16))),
     )                                     # List[Floats2d] out: one [n, n] per split
 
+``BiaffineLabeler`` is the label model over given heads, with the input and
+output of spaCy-experimental's ``Bilinear`` (``(Floats2d [N, nI], Ints1d
+heads [N]) -> Floats2d [N, nO]``), its weights Thinc params as well.
+
+Thinc names match spaCy-experimental's: ``with_splits`` is ``"splits"``,
+``with_pad_seq_unpad_matrix`` ``"with_pad_seq_unpad_bilinear"``,
+``with_minibatch_by_padded_size`` keeps its name, ``BiaffineLabeler`` is
+``"bilinear"``. Their type aliases (``InT``, ``OutT``, ``InnerInT``,
+``InnerOutT``, ``SizedInT``) are in the modules of spaCy's names:
+``biaffine.with_splits``, ``biaffine.with_pad_seq_unpad_matrix``,
+``biaffine.with_minibatch_by_padded_size``.
+
 When the layers under a ``with_splits`` (or a ``with_minibatch_by_padded_size``
 / ``with_pad_seq_unpad_matrix``) are all from this module and end in a
 ``BiaffineScorer``, the whole stack runs as one C++ call (batching under the
@@ -77,6 +89,47 @@ def _is_buffer(a, key) -> bool:
 # ------------------------------------------------------------------ scorer
 
 
+def _scorer_model(name, forward, init, nO, nI, *, hidden_width, dropout, bias_u, bias_v, seed, dtype,
+                  recompute_in_backward, train_outputs, budget=None, threads=1) -> Model:
+    """A Thinc model whose params are a C++ scorer's buffers (see get_scorer)."""
+    if train_outputs not in ("probabilities", "logits"):
+        raise ValueError(f"{name}: train_outputs must be 'probabilities' or 'logits', got {train_outputs!r}")
+    if budget is not None and not isinstance(budget, _b.budget):
+        raise TypeError(f"{name}: budget must be a biaffine.budget (budget.bytes(n), budget.megabytes(mb) or "
+                        f"budget.items(n)) or None, got {type(budget).__name__}")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"{name}: threads must be an integer of at least 1, got {threads!r}")
+    return Model(
+        name,
+        forward,
+        init=init,
+        dims={"nI": nI, "nO": nO},
+        params={n: None for n in PARAM_NAMES},
+        attrs={
+            "hidden_width": hidden_width,
+            "dropout_rate": dropout,
+            "bias_u": bias_u,
+            "bias_v": bias_v,
+            "seed": seed,
+            "dtype": np.dtype(dtype).name,
+            "recompute_in_backward": recompute_in_backward,
+            "train_outputs": train_outputs,
+            # A budget as plain values (Thinc serializes attrs with msgpack).
+            "budget_kind": None if budget is None else budget.kind,
+            "budget_value": None if budget is None else int(budget.value),
+            "threads": int(threads),
+            "_biaffine": _ScorerHolder(),
+        },
+    )
+
+
+def _run_kw(model: Model) -> dict:
+    """The C++ call's budget and threads from a scorer model's attrs."""
+    kind, value = model.attrs.get("budget_kind"), model.attrs.get("budget_value")
+    b = None if kind is None else (_b.budget.bytes(value) if kind == "bytes" else _b.budget.items(value))
+    return {"budget": b, "threads": model.attrs.get("threads", 1)}
+
+
 def BiaffineScorer(
     nO: Optional[int] = 1,
     nI: Optional[int] = None,
@@ -88,6 +141,7 @@ def BiaffineScorer(
     seed: int = 0,
     dtype: str = "float32",
     recompute_in_backward: bool = False,
+    train_outputs: str = "probabilities",
 ) -> Model:
     """The biaffine scorer as a Thinc layer: ``nI`` input width (inferred at
     initialization), ``nO`` labels (1: ``[n, n]`` arc scores, else
@@ -97,25 +151,98 @@ def BiaffineScorer(
     per split) or, like the seed's ``pairwise_bilinear``, a padded batch
     ``(Floats3d [b, L, nI], Ints1d lengths)`` (output ``[b, L, L(, nO)]``).
     Training (``is_train=True``) outputs the softmax over the last axis, as
-    the reference does; prediction outputs logits.
+    the reference does (``train_outputs="probabilities"``), or the logits
+    (``"logits"``, for ``biaffine.cross_entropy_heads``); prediction outputs
+    logits.
     """
-    return Model(
-        "biaffine_scorer",
-        _scorer_forward,
-        init=_scorer_init,
-        dims={"nI": nI, "nO": nO},
-        params={name: None for name in PARAM_NAMES},
-        attrs={
-            "hidden_width": hidden_width,
-            "dropout_rate": dropout,
-            "bias_u": bias_u,
-            "bias_v": bias_v,
-            "seed": seed,
-            "dtype": np.dtype(dtype).name,
-            "recompute_in_backward": recompute_in_backward,
-            "_biaffine": _ScorerHolder(),
-        },
-    )
+    return _scorer_model("biaffine_scorer", _scorer_forward, _scorer_init, nO, nI, hidden_width=hidden_width,
+                         dropout=dropout, bias_u=bias_u, bias_v=bias_v, seed=seed, dtype=dtype,
+                         recompute_in_backward=recompute_in_backward, train_outputs=train_outputs)
+
+
+def BiaffineLabeler(
+    nO: Optional[int] = None,
+    nI: Optional[int] = None,
+    *,
+    hidden_width: int = 128,
+    dropout: float = 0.0,
+    bias_u: bool = True,
+    bias_v: bool = True,
+    seed: int = 0,
+    dtype: str = "float32",
+    recompute_in_backward: bool = False,
+    train_outputs: str = "probabilities",
+    budget: Optional["_b.budget"] = None,
+    threads: int = 1,
+) -> Model[Tuple[Floats2d, Ints1d], Floats2d]:
+    """Labels at given heads as a Thinc layer, in place of spaCy-experimental's
+    ``Bilinear`` (Thinc name ``"bilinear"``): ``(X [N, nI], heads [N])`` in,
+    ``heads[i]`` the row of X that is token i's head (any row of the batch),
+    ``[N, nO]`` label scores out: ``Y[i] = [head_i, 1] W [dep_i, 1]`` with
+    ``head = relu(X Wh^T + bh)``, ``dep = relu(X Wd^T + bd)``. Training
+    outputs the softmax over the labels (``train_outputs="probabilities"``,
+    as spaCy's) or the logits (``"logits"``, for
+    ``biaffine.cross_entropy_labels``); prediction outputs logits. The
+    backprop takes ``dY [N, nO]`` and returns ``(dX [N, nI], heads)``. No
+    ``[N, N, nO]`` block is ever built: O(N nO h^2) FLOPs. ``nI`` is inferred
+    from X and ``nO`` from Y at initialization. ``budget`` (a
+    ``biaffine.budget`` or None: one call) and ``threads`` (prediction) are
+    passed to the C++ batcher.
+    """
+    return _scorer_model("bilinear", _labeler_forward, _labeler_init, nO, nI, hidden_width=hidden_width,
+                         dropout=dropout, bias_u=bias_u, bias_v=bias_v, seed=seed, dtype=dtype,
+                         recompute_in_backward=recompute_in_backward, train_outputs=train_outputs, budget=budget,
+                         threads=threads)
+
+
+def _width(Y) -> Optional[int]:
+    if Y is None:
+        return None
+    if isinstance(Y, (list, tuple)):
+        return int(Y[0].shape[-1]) if len(Y) else None
+    return int(Y.shape[-1])
+
+
+def _labeler_init(model: Model, X=None, Y=None) -> None:
+    if X is not None and model.has_dim("nI") is None:
+        model.set_dim("nI", int(X[0].shape[1]))
+    if Y is not None and model.has_dim("nO") is None and _width(Y) is not None:
+        model.set_dim("nO", _width(Y))
+    get_scorer(model)
+
+
+def _contiguous(X, s, what):
+    """X as a C-contiguous array of the scorer's dtype (a copy only if it is not one)."""
+    if not isinstance(X, np.ndarray):
+        raise TypeError(f"{what}: expected a numpy array, got {type(X).__name__}")
+    return np.ascontiguousarray(X, dtype=s.dtype)
+
+
+def _heads_array(H, n: int, what: str) -> np.ndarray:
+    H = np.asarray(H)
+    if H.dtype.kind not in "iu":
+        raise TypeError(f"{what}: heads must be integers, got dtype {H.dtype}")
+    if H.shape != (n,):
+        raise _b.HeadError(f"{what}: expected {n} heads (one per row of X), got shape {list(H.shape)}")
+    return H.astype(np.int64, copy=False)
+
+
+def _labeler_forward(model: Model, X_heads, is_train: bool):
+    X, H = X_heads
+    s = get_scorer(model)
+    X = _contiguous(X, s, "bilinear: X")
+    heads = _heads_array(H, X.shape[0], "bilinear")
+    one = [[X.shape[0]]]
+    kw = _run_kw(model)
+    if not is_train:
+        return s.predict_heads([X], one, [heads], **kw)[0], _no_backprop
+    Y, bp = s.forward_heads([X], one, [heads], train=True, **kw)
+
+    def backprop(dY):
+        _grads_to_scorer(model, s)
+        return bp([np.ascontiguousarray(dY, dtype=s.dtype)])[0], H
+
+    return Y[0], backprop
 
 
 def _scorer_init(model: Model, X=None, Y=None) -> None:
@@ -138,12 +265,12 @@ def get_scorer(model: Model):
     ):
         return s
     if model.has_dim("nI") is not True or model.has_dim("nO") is not True:
-        raise ValueError("BiaffineScorer: nI and nO must be set (initialize the model with sample input)")
+        raise ValueError(f"{model.name}: nI and nO must be set (initialize the model with sample input)")
     a = model.attrs
     s = _b.biaffine_scorer(
         model.get_dim("nI"), a["hidden_width"], model.get_dim("nO"), bias_u=a["bias_u"], bias_v=a["bias_v"],
         dropout=a["dropout_rate"], seed=a["seed"], dtype=a["dtype"],
-        recompute_in_backward=a["recompute_in_backward"],
+        recompute_in_backward=a["recompute_in_backward"], train_outputs=a.get("train_outputs", "probabilities"),
     )
     for name, value, grad in s.parameters():
         if model.has_param(name):
@@ -220,7 +347,7 @@ def _fused(model: Model):
     kw = {"budget": None, "pad_seq_unpad_matrix": False}
     node = model
     while True:
-        if node.name == "biaffine_scorer" and isinstance(node.attrs.get("_biaffine"), _ScorerHolder):
+        if node._func is _scorer_forward and isinstance(node.attrs.get("_biaffine"), _ScorerHolder):
             return node, kw
         if not node.attrs.get("_biaffine_layer") or len(node.layers) != 1:
             return None
@@ -229,7 +356,7 @@ def _fused(model: Model):
             kw["threads"] = node.attrs["threads"]
             kw["buffer"] = node.attrs["buffer"]
             kw["oversize"] = node.attrs["oversize"]
-        elif node.name == "with_pad_seq_unpad_matrix" and not kw["pad_seq_unpad_matrix"]:
+        elif node.name == "with_pad_seq_unpad_bilinear" and not kw["pad_seq_unpad_matrix"]:
             kw["pad_seq_unpad_matrix"] = True
         else:
             return None
@@ -254,7 +381,7 @@ def with_splits(inner: Model) -> Model:
     """Documents ``(List[Floats2d] [n_tokens, nI], List[Ints1d] split
     lengths)`` in, one score matrix per split out (``List[Floats2d]``); the
     backprop returns ``(per-document dX, lengths)``, as the seed's does."""
-    return Model("with_splits", _with_splits_forward, init=_with_splits_init, layers=[inner],
+    return Model("splits", _with_splits_forward, init=_with_splits_init, layers=[inner],
                  attrs={"_biaffine_layer": True})
 
 
@@ -324,7 +451,7 @@ def with_minibatch_by_padded_size(
     the C++ scorer's working set. ``threads`` run prediction batches
     concurrently (C++ only); ``oversize`` is "run_alone" or "throw".
     Outputs and gradients keep input order."""
-    b = size if isinstance(size, _b.budget) else _b.budget.items(int(size))
+    b = size if isinstance(size, _b.budget) else _b.budget.items(size)  # a bare int: padded items, as spaCy's
     if buffer <= 0:
         raise _b.BudgetError(f"with_minibatch_by_padded_size: buffer must be positive, got {buffer}")
     return Model(
@@ -379,7 +506,7 @@ def with_pad_seq_unpad_matrix(inner: Model) -> Model:
     """Pads a list of splits to ``(Floats3d [b, L, nI], Ints1d lengths)`` for
     ``inner`` and unpads its ``[b, L, L(, o)]`` output in two dimensions, like
     the seed's layer (the reference-compatible path)."""
-    return Model("with_pad_seq_unpad_matrix", _pad_forward, init=_pad_init, layers=[inner],
+    return Model("with_pad_seq_unpad_bilinear", _pad_forward, init=_pad_init, layers=[inner],
                  attrs={"_biaffine_layer": True})
 
 
@@ -419,5 +546,6 @@ def _pad_forward(model: Model, X, is_train: bool):
     return Y, backprop
 
 
-__all__ = ["BiaffineScorer", "with_splits", "with_minibatch_by_padded_size", "with_pad_seq_unpad_matrix",
+__all__ = ["BiaffineScorer", "BiaffineLabeler", "with_splits", "with_minibatch_by_padded_size",
+           "with_pad_seq_unpad_matrix",
            "get_scorer", "PARAM_NAMES"]

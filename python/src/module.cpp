@@ -16,6 +16,8 @@
 #include <biaffine/biaffine.hpp>
 
 #include <array>
+#include <cmath>
+#include <limits>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -41,6 +43,7 @@ struct exception_types {
     PyObject* budget = nullptr;
     PyObject* overflow = nullptr;
     PyObject* backprop = nullptr;
+    PyObject* head = nullptr;
 };
 exception_types g_exc;
 
@@ -167,6 +170,95 @@ lengths_t read_lengths(const py::handle& lengths, const char* what)
     return out;
 }
 
+// A non-negative Python integer (not a bool, not a float) for `what`.
+std::uint64_t read_count(const py::handle& x, const std::string& what)
+{
+    if (py::isinstance<py::bool_>(x) || py::isinstance<py::float_>(x) || !py::hasattr(x, "__index__")) {
+        throw py::type_error(what + ": expected an integer, got " + type_of(x));
+    }
+    py::int_ v = x.attr("__index__")();
+    if (v < py::int_(0)) {
+        throw py::value_error(what + ": expected a non-negative integer, got " + std::string(py::str(v)));
+    }
+    if (v > py::int_(std::numeric_limits<std::uint64_t>::max())) {
+        throw biaffine::overflow_error(what + ": " + std::string(py::str(v)) + " does not fit in 64 bits");
+    }
+    return v.cast<std::uint64_t>();
+}
+
+// biaffine.budget.megabytes(mb): an integer goes through the C++ factory
+// (its overflow message); a float is rounded down to whole bytes.
+biaffine::budget budget_megabytes(const py::handle& mb)
+{
+    if (py::isinstance<py::float_>(mb)) {
+        const double v = mb.cast<double>();
+        if (!std::isfinite(v) || v < 0) {
+            throw py::value_error("budget.megabytes: expected a finite non-negative number, got " +
+                                  std::string(py::repr(mb)));
+        }
+        const double b = std::floor(v * 1048576.0);
+        if (b >= 18446744073709551616.0) {
+            throw biaffine::overflow_error("budget in megabytes: " + std::string(py::repr(mb)) +
+                                           " MiB does not fit in 64 bits of bytes");
+        }
+        return biaffine::budget::bytes(static_cast<std::uint64_t>(b));
+    }
+    if (py::isinstance<py::bool_>(mb) || !py::hasattr(mb, "__index__")) {
+        throw py::type_error("budget.megabytes: expected a number of MiB (int or float), got " + type_of(mb));
+    }
+    return biaffine::budget::megabytes(read_count(mb, "budget.megabytes"));
+}
+
+// Per-document heads: a list (one per document) of 1-d integer arrays or
+// lists of integers, each index relative to its split.
+using heads_t = std::vector<std::vector<std::int64_t>>;
+
+std::vector<std::int64_t> read_int_row(const py::handle& l, const std::string& what)
+{
+    std::vector<std::int64_t> row;
+    if (py::isinstance<py::array>(l)) {
+        auto a = py::reinterpret_borrow<py::array>(l);
+        const char kind = a.dtype().kind();
+        if (kind != 'i' && kind != 'u') {
+            throw py::type_error(what + " must hold integers, got dtype " + dtype_name(a.dtype()));
+        }
+        if (a.ndim() != 1) {
+            throw py::value_error(what + ": expected a 1-d array, got " + std::to_string(a.ndim()) + " dimensions");
+        }
+        auto c = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+        if (!c) throw py::error_already_set();
+        row.assign(c.data(), c.data() + c.size());
+        return row;
+    }
+    if (!py::isinstance<py::sequence>(l) || py::isinstance<py::str>(l)) {
+        throw py::type_error(what + " must be a list or 1-d array of integers, got " + type_of(l));
+    }
+    auto seq = py::reinterpret_borrow<py::sequence>(l);
+    row.reserve(seq.size());
+    for (py::handle x : seq) {
+        if (py::isinstance<py::float_>(x) || py::isinstance<py::bool_>(x) || !py::hasattr(x, "__index__")) {
+            throw py::type_error(what + " must hold integers, got " + type_of(x));
+        }
+        row.push_back(x.attr("__index__")().cast<std::int64_t>());
+    }
+    return row;
+}
+
+heads_t read_int_lists(const py::handle& obj, const std::string& what)
+{
+    if (py::isinstance<py::array>(obj) || !py::isinstance<py::sequence>(obj) || py::isinstance<py::str>(obj)) {
+        throw py::type_error(what + " must be a list with one 1-d integer array (or list) per entry, got " +
+                             type_of(obj));
+    }
+    auto seq = py::reinterpret_borrow<py::sequence>(obj);
+    heads_t out;
+    out.reserve(seq.size());
+    for (std::size_t d = 0; d < seq.size(); ++d) {
+        out.push_back(read_int_row(seq[d], what + "[" + std::to_string(d) + "]"));
+    }
+    return out;
+}
+
 // ------------------------------------------------------------ options
 
 struct run_options {
@@ -190,9 +282,18 @@ run_options read_options(const py::object& budget, long long threads, long long 
         if (py::isinstance<biaffine::budget>(budget)) {
             o.budget = budget.cast<biaffine::budget>();
         } else if (py::isinstance<py::int_>(budget) && !py::isinstance<py::bool_>(budget)) {
-            o.budget = biaffine::budget::bytes(budget.cast<std::uint64_t>());
+            // Deprecated: a bare int reads as bytes here but as padded items
+            // in with_minibatch_by_padded_size(size=...); say which is meant.
+            if (PyErr_WarnEx(PyExc_FutureWarning,
+                             "budget=<int> is read as bytes and is deprecated: pass biaffine.budget.bytes(n), "
+                             "budget.megabytes(mb) or budget.items(n)",
+                             1) != 0) {
+                throw py::error_already_set();
+            }
+            o.budget = biaffine::budget::bytes(read_count(budget, "budget"));
         } else {
-            throw py::type_error("budget must be a biaffine.budget, an int (bytes) or None, got " + type_of(budget));
+            throw py::type_error("budget must be a biaffine.budget (budget.bytes(n), budget.megabytes(mb) or "
+                                 "budget.items(n)) or None, got " + type_of(budget));
         }
     }
     if (threads < 0) throw py::value_error("threads must be at least 1, got " + std::to_string(threads));
@@ -244,13 +345,39 @@ py::list adopt_scores(biaffine::score_list<T>& Y)
 
 // --------------------------------------------------------------- backprop
 
-// What forward() returns as the second element: callable once with the
-// per-split score gradients, returns the per-document dX.
+// One split's gradient as the C++ backprop takes it: `[n, n(, o)]` scores
+// (forward) or `[n, o]` labels at given heads (forward_heads).
 template <class T>
+biaffine::score_view<const T> grad_view(const py::array_t<T>& a, std::size_t k, biaffine::score_view<const T>*)
+{
+    std::vector<std::size_t> shape(a.shape(), a.shape() + a.ndim());
+    auto x = xt::adapt(a.data(), static_cast<std::size_t>(a.size()), xt::no_ownership(), shape);
+    try {
+        return biaffine::as_score_view(x);
+    } catch (const biaffine::shape_error& e) {
+        throw biaffine::shape_error("split gradient " + std::to_string(k) + ": " + e.what());
+    }
+}
+
+template <class T>
+biaffine::seq_view<const T> grad_view(const py::array_t<T>& a, std::size_t k, biaffine::seq_view<const T>*)
+{
+    if (a.ndim() != 2) {  // the message of with_splits::head_grad_views
+        throw biaffine::shape_error("split gradient " + std::to_string(k) + ": expected [n, o], got " +
+                                    std::to_string(a.ndim()) + " dimensions");
+    }
+    const auto rows = static_cast<std::size_t>(a.shape(0)), cols = static_cast<std::size_t>(a.shape(1));
+    return {a.data(), rows, cols, static_cast<std::ptrdiff_t>(cols), 1};
+}
+
+// What forward() / forward_heads() return as the second element: callable
+// once with the per-split gradients (View: score_view or seq_view), returns
+// the per-document dX.
+template <class T, class View>
 class py_backprop {
 public:
     using doc_grads = biaffine::tracked_vector<biaffine::tensor<T, 2>>;
-    using fn = std::function<doc_grads(const std::vector<biaffine::score_view<const T>>&)>;
+    using fn = std::function<doc_grads(const std::vector<View>&)>;
 
     py_backprop(fn f, py::object scorer, std::vector<py::object> docs)
         : f_(std::move(f)), scorer_(std::move(scorer)), docs_(std::move(docs))
@@ -269,18 +396,12 @@ public:
         }
         auto seq = py::reinterpret_borrow<py::sequence>(dY);
         std::vector<py::array_t<T>> keep;
-        std::vector<biaffine::score_view<const T>> views;
+        std::vector<View> views;
         keep.reserve(seq.size());
         views.reserve(seq.size());
         for (std::size_t k = 0; k < seq.size(); ++k) {
             auto a = exact_array<T>(seq[k], "backprop: dY[" + std::to_string(k) + "]", -1, "");
-            std::vector<std::size_t> shape(a.shape(), a.shape() + a.ndim());
-            auto x = xt::adapt(a.data(), static_cast<std::size_t>(a.size()), xt::no_ownership(), shape);
-            try {
-                views.push_back(biaffine::as_score_view(x));
-            } catch (const biaffine::shape_error& e) {
-                throw biaffine::shape_error("split gradient " + std::to_string(k) + ": " + e.what());
-            }
+            views.push_back(grad_view<T>(a, k, static_cast<View*>(nullptr)));
             keep.push_back(std::move(a));
         }
         fn f = std::move(f_);
@@ -311,7 +432,10 @@ template <class T>
 class py_padded_backprop {
 public:
     using fn = std::function<biaffine::tensor<T, 3>(const biaffine::score_array<T>&)>;
-    py_padded_backprop(fn f, py::object scorer, py::object x) : f_(std::move(f)), scorer_(std::move(scorer)), x_(std::move(x)) {}
+    py_padded_backprop(fn f, py::object scorer, py::object x, const char* where)
+        : f_(std::move(f)), scorer_(std::move(scorer)), x_(std::move(x)), where_(where)
+    {
+    }
 
     py::array call(const py::handle& dy)
     {
@@ -319,7 +443,7 @@ public:
             throw biaffine::backprop_error(called_ ? "backprop called a second time: each forward's callback runs once"
                                                    : "backprop called on an empty callback");
         }
-        auto a = exact_array<T>(dy, "forward_padded backprop: dy", -1, "");
+        auto a = exact_array<T>(dy, std::string(where_) + " backprop: dy", -1, "");
         // score_array is an owning xarray: the padded gradient is copied once
         // (the padded interface is the reference's, for parity and tests).
         std::vector<std::size_t> shape(a.shape(), a.shape() + a.ndim());
@@ -342,6 +466,7 @@ private:
     fn f_;
     py::object scorer_;
     py::object x_;
+    const char* where_;
     bool called_ = false;
 };
 
@@ -357,20 +482,57 @@ py::array param_view(const py::object& self, T* data, const std::vector<std::siz
     return py::array_t<T>(s, data, self);  // a writable view; `self` stays alive with it
 }
 
+// What every pipeline call reads first, in this order: the options, the
+// documents as views, the split lengths and (heads calls) each document's heads.
+template <class T>
+struct call_args {
+    run_options o;
+    doc_views<T> dv;
+    lengths_t ls;
+    heads_t hs;
+    call_args(const std::string& where, const py::handle& docs, const py::handle& lengths, const py::handle* heads,
+              const py::object& budget, long long threads, long long buffer, const std::string& oversize, bool pad)
+        : o(read_options(budget, threads, buffer, oversize, pad)),
+          dv(read_docs<T>(docs, where.c_str())),
+          ls(read_lengths(lengths, where.c_str()))
+    {
+        if (heads) hs = read_int_lists(*heads, where + ": heads");
+    }
+};
+
 template <class T>
 py::list predict(py::object self, const py::handle& docs, const py::handle& lengths, const py::object& budget,
                  long long threads, long long buffer, const std::string& oversize, bool pad)
 {
     auto& s = self.cast<scorer_t<T>&>();
-    run_options o = read_options(budget, threads, buffer, oversize, pad);
-    doc_views<T> dv = read_docs<T>(docs, "predict");
-    lengths_t ls = read_lengths(lengths, "predict");
+    call_args<T> a("predict", docs, lengths, nullptr, budget, threads, buffer, oversize, pad);
     biaffine::score_list<T> Y;
     {
         py::gil_scoped_release release;
-        Y = with_model(s, o, [&](auto& m) { return m->predict(dv.maps, ls); });
+        Y = with_model(s, a.o, [&](auto& m) { return m->predict(a.dv.maps, a.ls); });
     }
     return adopt_scores(Y);
+}
+
+// Calls `callback(split, doc, view)` with a read-only numpy view of C++
+// memory that is valid during the call only (the GIL is taken for the call
+// alone); a callback that keeps the view (or a view of it) gets ValueError.
+template <class T>
+void call_with_view(const py::function& callback, std::size_t split, std::size_t doc, const T* data,
+                    std::vector<py::ssize_t> shape, std::vector<py::ssize_t> strides, const char* where)
+{
+    py::gil_scoped_acquire acquire;
+    bool empty = false;
+    for (auto e : shape) empty = empty || e == 0;
+    py::array view = empty ? py::array(py::array_t<T>(shape))
+                           : py::array(py::dtype::of<T>(), shape, strides, data, py::none());
+    view.attr("setflags")(py::arg("write") = false);
+    callback(split, doc, view);
+    if (!empty && view.ref_count() > 1) {
+        throw py::value_error(std::string(where) + ": the callback kept a reference to the view of split " +
+                              std::to_string(split) +
+                              ", which is valid only during the call; keep a copy (scores.copy()) instead");
+    }
 }
 
 template <class T>
@@ -379,12 +541,9 @@ void predict_stream(py::object self, const py::handle& docs, const py::handle& l
                     bool pad)
 {
     auto& s = self.cast<scorer_t<T>&>();
-    run_options o = read_options(budget, threads, buffer, oversize, pad);
-    doc_views<T> dv = read_docs<T>(docs, "predict_stream");
-    lengths_t ls = read_lengths(lengths, "predict_stream");
+    call_args<T> a("predict_stream", docs, lengths, nullptr, budget, threads, buffer, oversize, pad);
     const std::size_t labels = s.labels();
     auto sink = [&](std::size_t split, std::size_t doc, biaffine::score_view<const T> v) {
-        py::gil_scoped_acquire acquire;
         std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(v.n), static_cast<py::ssize_t>(v.n)};
         std::vector<py::ssize_t> strides{static_cast<py::ssize_t>(v.row_stride * sizeof(T)),
                                          static_cast<py::ssize_t>(labels * sizeof(T))};
@@ -392,85 +551,197 @@ void predict_stream(py::object self, const py::handle& docs, const py::handle& l
             shape.push_back(static_cast<py::ssize_t>(labels));
             strides.push_back(sizeof(T));
         }
-        // A read-only view of the C++ buffer, valid during the call only:
-        // keeping it (or a view of it) past the call is refused below.
-        py::array view = v.n ? py::array(py::dtype::of<T>(), shape, strides, v.data, py::none())
-                             : py::array(py::array_t<T>(shape));
-        view.attr("setflags")(py::arg("write") = false);
-        callback(split, doc, view);
-        if (v.n != 0 && view.ref_count() > 1) {
-            throw py::value_error("predict_stream: the callback kept a reference to the score view of split " +
-                                  std::to_string(split) +
-                                  ", which is valid only during the call; keep a copy (scores.copy()) instead");
-        }
+        call_with_view<T>(callback, split, doc, v.data, std::move(shape), std::move(strides), "predict_stream");
     };
     py::gil_scoped_release release;
-    with_model(s, o, [&](auto& m) {
-        m->predict_stream(dv.maps, ls, sink);
+    with_model(s, a.o, [&](auto& m) {
+        m->predict_stream(a.dv.maps, a.ls, sink);
         return 0;
     });
+}
+
+template <class T>
+py::list predict_heads(py::object self, const py::handle& docs, const py::handle& lengths, const py::handle& heads,
+                       const py::object& budget, long long threads, long long buffer, const std::string& oversize,
+                       bool pad)
+{
+    auto& s = self.cast<scorer_t<T>&>();
+    call_args<T> a("predict_heads", docs, lengths, &heads, budget, threads, buffer, oversize, pad);
+    biaffine::score_list<T> Y;
+    {
+        py::gil_scoped_release release;
+        Y = with_model(s, a.o, [&](auto& m) { return m->predict_heads(a.dv.maps, a.ls, a.hs); });
+    }
+    return adopt_scores(Y);
+}
+
+template <class T>
+void predict_heads_stream(py::object self, const py::handle& docs, const py::handle& lengths,
+                          const py::handle& heads, const py::function& callback, const py::object& budget,
+                          long long threads, long long buffer, const std::string& oversize, bool pad)
+{
+    auto& s = self.cast<scorer_t<T>&>();
+    call_args<T> a("predict_heads_stream", docs, lengths, &heads, budget, threads, buffer, oversize, pad);
+    auto sink = [&](std::size_t split, std::size_t doc, biaffine::seq_view<const T> v) {
+        call_with_view<T>(callback, split, doc, v.data,
+                          {static_cast<py::ssize_t>(v.rows), static_cast<py::ssize_t>(v.cols)},
+                          {static_cast<py::ssize_t>(v.row_stride * sizeof(T)),
+                           static_cast<py::ssize_t>(v.col_stride * sizeof(T))},
+                          "predict_heads_stream");
+    };
+    py::gil_scoped_release release;
+    with_model(s, a.o, [&](auto& m) {
+        m->predict_heads_stream(a.dv.maps, a.ls, a.hs, sink);
+        return 0;
+    });
+}
+
+// forward (Heads = false) and forward_heads (true): (Y, backprop).
+template <class T, bool Heads>
+py::tuple forward_any(py::object self, const py::handle& docs, const py::handle& lengths, const py::handle& heads,
+                      bool train, const py::object& budget, long long threads, long long buffer,
+                      const std::string& oversize, bool pad)
+{
+    using View = std::conditional_t<Heads, biaffine::seq_view<const T>, biaffine::score_view<const T>>;
+    using bp_t = py_backprop<T, View>;
+    const char* where = Heads ? "forward_heads" : "forward";
+    auto& s = self.cast<scorer_t<T>&>();
+    call_args<T> a(where, docs, lengths, Heads ? &heads : nullptr, budget, threads, buffer, oversize, pad);
+    const biaffine::mode md = train ? biaffine::mode::train : biaffine::mode::eval;
+    biaffine::score_list<T> Y;
+    typename bp_t::fn fn;
+    {
+        py::gil_scoped_release release;
+        with_model(s, a.o, [&](auto& m) {
+            auto [y, bp] = [&] {
+                if constexpr (Heads) {
+                    return m->forward_heads(a.dv.maps, a.ls, a.hs, md);
+                } else {
+                    return m->forward(a.dv.maps, a.ls, md);
+                }
+            }();
+            Y = std::move(y);
+            // The callback keeps the layer composition (and, through py_backprop,
+            // the documents and the scorer) alive until it has run.
+            auto shared_bp = std::make_shared<std::decay_t<decltype(bp)>>(std::move(bp));
+            fn = [m, shared_bp](const std::vector<View>& dY) {
+                return (*shared_bp)(biaffine::span<const View>(dY.data(), dY.size()));
+            };
+            return 0;
+        });
+    }
+    py::list y = adopt_scores(Y);
+    auto bp = py::cast(bp_t(std::move(fn), self, std::move(a.dv.keep)));
+    return py::make_tuple(y, bp);
 }
 
 template <class T>
 py::tuple forward(py::object self, const py::handle& docs, const py::handle& lengths, bool train,
                   const py::object& budget, long long threads, long long buffer, const std::string& oversize, bool pad)
 {
-    auto& s = self.cast<scorer_t<T>&>();
-    run_options o = read_options(budget, threads, buffer, oversize, pad);
-    doc_views<T> dv = read_docs<T>(docs, "forward");
-    lengths_t ls = read_lengths(lengths, "forward");
-    biaffine::score_list<T> Y;
-    typename py_backprop<T>::fn fn;
-    {
-        py::gil_scoped_release release;
-        with_model(s, o, [&](auto& m) {
-            auto [y, bp] = m->forward(dv.maps, ls, train ? biaffine::mode::train : biaffine::mode::eval);
-            Y = std::move(y);
-            // The callback keeps the layer composition (and, through py_backprop,
-            // the documents and the scorer) alive until it has run.
-            auto shared_bp = std::make_shared<std::decay_t<decltype(bp)>>(std::move(bp));
-            fn = [m, shared_bp](const std::vector<biaffine::score_view<const T>>& dY) {
-                return (*shared_bp)(biaffine::span<const biaffine::score_view<const T>>(dY.data(), dY.size()));
-            };
-            return 0;
-        });
-    }
-    py::list y = adopt_scores(Y);
-    auto bp = py::cast(py_backprop<T>(std::move(fn), self, std::move(dv.keep)));
-    return py::make_tuple(y, bp);
+    return forward_any<T, false>(std::move(self), docs, lengths, py::none(), train, budget, threads, buffer, oversize,
+                                 pad);
 }
 
-// The bench's C++ side (bench/python_vs_cpp.py): the same predict as
-// predict() on the same arrays, `reps` times inside C++ with no Python in
-// between; returns the seconds of each run.
 template <class T>
-std::vector<double> time_predict(py::object self, const py::handle& docs, const py::handle& lengths,
-                                 const py::object& budget, long long threads, int reps)
+py::tuple forward_heads(py::object self, const py::handle& docs, const py::handle& lengths, const py::handle& heads,
+                        bool train, const py::object& budget, long long threads, long long buffer,
+                        const std::string& oversize, bool pad)
+{
+    return forward_any<T, true>(std::move(self), docs, lengths, heads, train, budget, threads, buffer, oversize, pad);
+}
+
+// The bench's C++ side (bench/python_vs_cpp.py): the same call as the
+// Python method of that name on the same arrays, `reps` times inside C++ with
+// no Python in between; returns the seconds of each run. `kind`: "predict",
+// "forward_backward" (forward(train) then backprop(dY), dY the given arrays)
+// or "predict_heads".
+template <class T>
+std::vector<double> time_cpp(py::object self, const std::string& kind, const py::handle& docs,
+                             const py::handle& lengths, const py::object& heads, const py::object& dY,
+                             const py::object& budget, long long threads, int reps)
 {
     auto& s = self.cast<scorer_t<T>&>();
-    run_options o = read_options(budget, threads, 256, "run_alone", false);
-    doc_views<T> dv = read_docs<T>(docs, "time_predict");
-    lengths_t ls = read_lengths(lengths, "time_predict");
+    call_args<T> a("time_cpp", docs, lengths, heads.is_none() ? nullptr : &heads, budget, threads, 256, "run_alone",
+                   false);
+    std::vector<py::array_t<T>> keep;
+    std::vector<biaffine::score_view<const T>> dys;
+    if (!dY.is_none()) {
+        std::size_t k = 0;
+        for (py::handle g : dY) {
+            keep.push_back(exact_array<T>(g, "time_cpp: dY", -1, ""));
+            dys.push_back(grad_view<T>(keep.back(), k++, static_cast<biaffine::score_view<const T>*>(nullptr)));
+        }
+    }
+    if (kind != "predict" && kind != "forward_backward" && kind != "predict_heads") {
+        throw py::value_error("time_cpp: unknown kind '" + kind + "'");
+    }
     std::vector<double> out;
     py::gil_scoped_release release;
     for (int r = 0; r < reps; ++r) {
-        // Timed like the Python call: until the scores are returned (they
+        // Timed like the Python call: until the outputs are returned (they
         // are freed after the clock stops, as the bench's Python side does).
         const auto t0 = std::chrono::steady_clock::now();
-        biaffine::score_list<T> Y = with_model(s, o, [&](auto& m) { return m->predict(dv.maps, ls); });
-        out.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        if (kind == "predict") {
+            biaffine::score_list<T> Y = with_model(s, a.o, [&](auto& m) { return m->predict(a.dv.maps, a.ls); });
+            out.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        } else if (kind == "predict_heads") {
+            biaffine::score_list<T> Y =
+                with_model(s, a.o, [&](auto& m) { return m->predict_heads(a.dv.maps, a.ls, a.hs); });
+            out.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        } else {
+            auto dX = with_model(s, a.o, [&](auto& m) {
+                auto [Y, bp] = m->forward(a.dv.maps, a.ls, biaffine::mode::train);
+                return bp(biaffine::span<const biaffine::score_view<const T>>(dys.data(), dys.size()));
+            });
+            out.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
     }
     return out;
+}
+
+// A C-contiguous padded input `x [b, L, n_in]` of T, viewed in place.
+template <class T>
+std::pair<py::array_t<T>, std::array<std::size_t, 3>> padded_input(const py::handle& x, const char* where)
+{
+    auto a = exact_array<T>(x, std::string(where) + ": x", -1, "");
+    if (a.ndim() != 3) {
+        throw_shape("padded input: expected x [b, L, n_in], got " + std::to_string(a.ndim()) + " dimensions");
+    }
+    std::array<std::size_t, 3> shape{static_cast<std::size_t>(a.shape(0)), static_cast<std::size_t>(a.shape(1)),
+                                     static_cast<std::size_t>(a.shape(2))};
+    return {std::move(a), shape};
+}
+
+// Padded heads `[b, L]` of any integer dtype, as int64 (one copy).
+xt::xtensor<std::int64_t, 2> padded_heads(const py::handle& heads, const std::array<std::size_t, 3>& xs)
+{
+    if (!py::isinstance<py::array>(heads)) {
+        throw py::type_error("padded heads: expected a 2-d integer numpy array [b, L], got " + type_of(heads));
+    }
+    auto a = py::reinterpret_borrow<py::array>(heads);
+    const char kind = a.dtype().kind();
+    if (kind != 'i' && kind != 'u') {
+        throw py::type_error("padded heads: expected an integer array, got dtype " + dtype_name(a.dtype()));
+    }
+    if (a.ndim() != 2) {
+        std::string got = "[";
+        for (py::ssize_t i = 0; i < a.ndim(); ++i) got += (i ? ", " : "") + std::to_string(a.shape(i));
+        throw biaffine::head_error("padded input: heads must be [" + std::to_string(xs[0]) + ", " +
+                                   std::to_string(xs[1]) + "], got " + got + "]");
+    }
+    auto c = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+    xt::xtensor<std::int64_t, 2> h = xt::xtensor<std::int64_t, 2>::from_shape(
+        {static_cast<std::size_t>(c.shape(0)), static_cast<std::size_t>(c.shape(1))});
+    std::copy(c.data(), c.data() + c.size(), h.data());
+    return h;
 }
 
 template <class T>
 py::array predict_padded(py::object self, const py::handle& x, const std::vector<std::int64_t>& lengths)
 {
     auto& s = self.cast<scorer_t<T>&>();
-    auto a = exact_array<T>(x, "predict_padded: x", -1, "");
-    if (a.ndim() != 3) throw_shape("padded input: expected x [b, L, n_in], got " + std::to_string(a.ndim()) + " dimensions");
-    std::array<std::size_t, 3> shape{static_cast<std::size_t>(a.shape(0)), static_cast<std::size_t>(a.shape(1)),
-                                     static_cast<std::size_t>(a.shape(2))};
+    auto [a, shape] = padded_input<T>(x, "predict_padded");
     auto xv = xt::adapt(a.data(), static_cast<std::size_t>(a.size()), xt::no_ownership(), shape);
     biaffine::score_array<T> y;
     {
@@ -481,41 +752,83 @@ py::array predict_padded(py::object self, const py::handle& x, const std::vector
 }
 
 template <class T>
-py::tuple forward_padded(py::object self, const py::handle& x, const std::vector<std::int64_t>& lengths, bool train)
+py::array predict_heads_padded(py::object self, const py::handle& x, const std::vector<std::int64_t>& lengths,
+                               const py::handle& heads)
 {
     auto& s = self.cast<scorer_t<T>&>();
-    auto a = exact_array<T>(x, "forward_padded: x", -1, "");
-    if (a.ndim() != 3) throw_shape("padded input: expected x [b, L, n_in], got " + std::to_string(a.ndim()) + " dimensions");
-    std::array<std::size_t, 3> shape{static_cast<std::size_t>(a.shape(0)), static_cast<std::size_t>(a.shape(1)),
-                                     static_cast<std::size_t>(a.shape(2))};
+    auto [a, shape] = padded_input<T>(x, "predict_heads_padded");
     auto xv = xt::adapt(a.data(), static_cast<std::size_t>(a.size()), xt::no_ownership(), shape);
+    const auto h = padded_heads(heads, shape);
+    biaffine::score_array<T> y;
+    {
+        py::gil_scoped_release release;
+        y = s.predict_heads_padded(xv, lengths, h);
+    }
+    return adopt(std::move(y));
+}
+
+// forward_padded (heads None) and forward_heads_padded: (y, backprop(dy) -> dx).
+template <class T>
+py::tuple forward_padded_any(py::object self, const py::handle& x, const std::vector<std::int64_t>& lengths,
+                             const py::handle& heads, bool train, const char* where)
+{
+    auto& s = self.cast<scorer_t<T>&>();
+    auto [a, shape] = padded_input<T>(x, where);
+    auto xv = xt::adapt(a.data(), static_cast<std::size_t>(a.size()), xt::no_ownership(), shape);
+    const bool with_heads = !heads.is_none();
+    xt::xtensor<std::int64_t, 2> h;
+    if (with_heads) h = padded_heads(heads, shape);
+    const biaffine::mode md = train ? biaffine::mode::train : biaffine::mode::eval;
     biaffine::score_array<T> y;
     typename py_padded_backprop<T>::fn fn;
     {
         py::gil_scoped_release release;
-        auto [yy, bp] = s.forward_padded(xv, lengths, train ? biaffine::mode::train : biaffine::mode::eval);
+        auto [yy, bp] = with_heads ? s.forward_heads_padded(xv, lengths, h, md) : s.forward_padded(xv, lengths, md);
         y = std::move(yy);
         auto shared_bp = std::make_shared<std::decay_t<decltype(bp)>>(std::move(bp));
         fn = [shared_bp](const biaffine::score_array<T>& dy) { return (*shared_bp)(dy); };
     }
     py::array ya = adopt(std::move(y));
-    return py::make_tuple(ya, py::cast(py_padded_backprop<T>(std::move(fn), self, a)));
+    return py::make_tuple(ya, py::cast(py_padded_backprop<T>(std::move(fn), self, a, where)));
+}
+
+py::dict cost_dict(const biaffine::batch_cost& c)
+{
+    py::dict d;
+    d["scratch"] = c.scratch;
+    d["heap"] = c.heap;
+    d["saved"] = c.saved;
+    d["outputs"] = c.outputs;
+    d["total"] = c.total();
+    return d;
+}
+
+biaffine::train_output read_train_outputs(const std::string& s)
+{
+    if (s == "probabilities") return biaffine::train_output::probabilities;
+    if (s == "logits") return biaffine::train_output::logits;
+    throw py::value_error("train_outputs must be 'probabilities' or 'logits', got '" + s + "'");
 }
 
 template <class T>
 void bind_scorer(py::module_& m, const char* name)
 {
     using S = scorer_t<T>;
-    py::class_<py_backprop<T>>(m, (std::string(name) + "_backprop").c_str())
-        .def("__call__", &py_backprop<T>::call, py::arg("dY"))
-        .def("__bool__", &py_backprop<T>::live);
+    using score_bp = py_backprop<T, biaffine::score_view<const T>>;
+    using heads_bp = py_backprop<T, biaffine::seq_view<const T>>;
+    py::class_<score_bp>(m, (std::string(name) + "_backprop").c_str())
+        .def("__call__", &score_bp::call, py::arg("dY"))
+        .def("__bool__", &score_bp::live);
+    py::class_<heads_bp>(m, (std::string(name) + "_heads_backprop").c_str())
+        .def("__call__", &heads_bp::call, py::arg("dY"))
+        .def("__bool__", &heads_bp::live);
     py::class_<py_padded_backprop<T>>(m, (std::string(name) + "_padded_backprop").c_str())
         .def("__call__", &py_padded_backprop<T>::call, py::arg("dy"));
 
     const py::object default_budget = py::cast(biaffine::budget::megabytes(16));
     py::class_<S>(m, name)
         .def(py::init([](long long n_in, long long hidden, long long labels, bool bias_u, bool bias_v, double dropout,
-                         std::uint64_t seed, bool recompute) {
+                         std::uint64_t seed, bool recompute, const std::string& train_outputs) {
                  if (n_in < 0 || hidden < 0 || labels < 0) {
                      throw biaffine::shape_error("biaffine_scorer: n_in, hidden and labels must be positive, got n_in=" +
                                                  std::to_string(n_in) + " hidden=" + std::to_string(hidden) +
@@ -530,11 +843,12 @@ void bind_scorer(py::module_& m, const char* name)
                  c.dropout = dropout;
                  c.seed = seed;
                  c.recompute_in_backward = recompute;
+                 c.train_outputs = read_train_outputs(train_outputs);
                  return std::make_unique<S>(c);
              }),
              py::arg("n_in"), py::arg("hidden") = 128, py::arg("labels") = 1, py::arg("bias_u") = true,
              py::arg("bias_v") = true, py::arg("dropout") = 0.0, py::arg("seed") = 0,
-             py::arg("recompute_in_backward") = false)
+             py::arg("recompute_in_backward") = false, py::arg("train_outputs") = "probabilities")
         .def_property_readonly("dtype", [](const S&) { return py::dtype::of<T>(); })
         .def_property_readonly("n_in", &S::n_in)
         .def_property_readonly("hidden", &S::hidden)
@@ -544,6 +858,10 @@ void bind_scorer(py::module_& m, const char* name)
         .def_property_readonly("dropout", [](const S& s) { return s.config().dropout; })
         .def_property_readonly("seed", [](const S& s) { return s.config().seed; })
         .def_property_readonly("recompute_in_backward", [](const S& s) { return s.config().recompute_in_backward; })
+        .def_property_readonly("train_outputs", [](const S& s) {
+            return s.config().train_outputs == biaffine::train_output::logits ? "logits" : "probabilities";
+        })
+        .def("has_gradients", &S::has_gradients)
         .def("parameters",
              [](py::object self) {
                  auto& s = self.cast<S&>();
@@ -567,30 +885,74 @@ void bind_scorer(py::module_& m, const char* name)
         .def("load_npy", [](S& s, const std::string& dir) { biaffine::load_npy(s, dir); }, py::arg("dir"))
         .def("cost",
              [](const S& s, std::size_t count, std::size_t max_len, bool train) {
-                 biaffine::batch_cost c = s.cost(count, max_len, train ? biaffine::mode::train : biaffine::mode::eval);
-                 py::dict d;
-                 d["scratch"] = c.scratch;
-                 d["heap"] = c.heap;
-                 d["saved"] = c.saved;
-                 d["outputs"] = c.outputs;
-                 d["total"] = c.total();
-                 return d;
+                 return cost_dict(s.cost(count, max_len, train ? biaffine::mode::train : biaffine::mode::eval));
+             },
+             py::arg("count"), py::arg("max_len"), py::arg("train") = false)
+        .def("heads_cost",
+             [](const S& s, std::size_t count, std::size_t max_len, bool train) {
+                 return cost_dict(s.heads_cost(count, max_len, train ? biaffine::mode::train : biaffine::mode::eval));
              },
              py::arg("count"), py::arg("max_len"), py::arg("train") = false)
         .def("predict", &predict<T>, py::arg("docs"), py::arg("split_lengths"), py::kw_only(),
              py::arg("budget") = default_budget, py::arg("threads") = 1, py::arg("buffer") = 256,
-             py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false)
+             py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false,
+             "docs [n_tokens, n_in] per document, split_lengths per document -> one [n, n] (or [n, n, o]) array per "
+             "split; with_splits(with_minibatch_by_padded_size(scorer, budget)). budget: a biaffine.budget or None "
+             "(one batch).")
         .def("predict_stream", &predict_stream<T>, py::arg("docs"), py::arg("split_lengths"), py::arg("callback"),
              py::kw_only(), py::arg("budget") = default_budget, py::arg("threads") = 1, py::arg("buffer") = 256,
-             py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false)
+             py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false,
+             "callback(split_index, doc_index, scores [n, n(, o)]) per split, a read-only view valid during the "
+             "call; the GIL is held only for the callback, whose exception stops the stream and propagates.")
         .def("forward", &forward<T>, py::arg("docs"), py::arg("split_lengths"), py::kw_only(), py::arg("train") = true,
              py::arg("budget") = default_budget, py::arg("threads") = 1, py::arg("buffer") = 256,
-             py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false)
-        .def("_time_predict_cpp", &time_predict<T>, py::arg("docs"), py::arg("split_lengths"), py::kw_only(),
-             py::arg("budget") = default_budget, py::arg("threads") = 1, py::arg("reps") = 1)
-        .def("predict_padded", &predict_padded<T>, py::arg("x"), py::arg("lengths"))
-        .def("forward_padded", &forward_padded<T>, py::arg("x"), py::arg("lengths"), py::kw_only(),
-             py::arg("train") = true);
+             py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false,
+             "(Y, backprop): Y one [n, n(, o)] array per split (softmax over the last axis with train=True and "
+             "train_outputs='probabilities'), backprop(dY per split) -> dX [n_tokens, n_in] per document, once.")
+        .def("predict_heads", &predict_heads<T>, py::arg("docs"), py::arg("split_lengths"), py::arg("heads"),
+             py::kw_only(), py::arg("budget") = default_budget, py::arg("threads") = 1, py::arg("buffer") = 256,
+             py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false,
+             "Labels at given heads: heads[d] one head per token of document d (split-relative) -> one [n, o] array "
+             "per split.")
+        .def("predict_heads_stream", &predict_heads_stream<T>, py::arg("docs"), py::arg("split_lengths"),
+             py::arg("heads"), py::arg("callback"), py::kw_only(), py::arg("budget") = default_budget,
+             py::arg("threads") = 1, py::arg("buffer") = 256, py::arg("oversize") = "run_alone",
+             py::arg("pad_seq_unpad_matrix") = false,
+             "callback(split_index, doc_index, labels [n, o]) per split, as predict_stream.")
+        .def("forward_heads", &forward_heads<T>, py::arg("docs"), py::arg("split_lengths"), py::arg("heads"),
+             py::kw_only(), py::arg("train") = true, py::arg("budget") = default_budget, py::arg("threads") = 1,
+             py::arg("buffer") = 256, py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false,
+             "(Y, backprop): Y one [n, o] array per split, backprop([n, o] per split) -> dX [n_tokens, n_in] per "
+             "document, once.")
+        .def("_time_cpp", &time_cpp<T>, py::arg("kind"), py::arg("docs"), py::arg("split_lengths"), py::kw_only(),
+             py::arg("heads") = py::none(), py::arg("dY") = py::none(), py::arg("budget") = default_budget,
+             py::arg("threads") = 1, py::arg("reps") = 1)
+        .def("_time_predict_cpp",
+             [](py::object self, const py::handle& docs, const py::handle& lengths, const py::object& budget,
+                long long threads, int reps) {
+                 return time_cpp<T>(std::move(self), "predict", docs, lengths, py::none(), py::none(), budget, threads,
+                                    reps);
+             },
+             py::arg("docs"), py::arg("split_lengths"), py::kw_only(), py::arg("budget") = default_budget,
+             py::arg("threads") = 1, py::arg("reps") = 1)
+        .def("predict_padded", &predict_padded<T>, py::arg("x"), py::arg("lengths"),
+             "x [b, L, n_in], lengths [b] -> [b, L, L] (or [b, L, L, o]).")
+        .def("forward_padded",
+             [](py::object self, const py::handle& x, const std::vector<std::int64_t>& lengths, bool train) {
+                 return forward_padded_any<T>(std::move(self), x, lengths, py::none(), train, "forward_padded");
+             },
+             py::arg("x"), py::arg("lengths"), py::kw_only(), py::arg("train") = true)
+        .def("predict_heads_padded", &predict_heads_padded<T>, py::arg("x"), py::arg("lengths"), py::arg("heads"),
+             "x [b, L, n_in], lengths [b], heads [b, L] (integers) -> [b, L, o].")
+        .def("forward_heads_padded",
+             [](py::object self, const py::handle& x, const std::vector<std::int64_t>& lengths, const py::handle& heads,
+                bool train) {
+                 if (heads.is_none()) {
+                     throw py::type_error("forward_heads_padded: heads must be an integer array [b, L]");
+                 }
+                 return forward_padded_any<T>(std::move(self), x, lengths, heads, train, "forward_heads_padded");
+             },
+             py::arg("x"), py::arg("lengths"), py::arg("heads"), py::kw_only(), py::arg("train") = true);
 }
 
 // --------------------------------------------------------------- decoding
@@ -748,12 +1110,106 @@ py::dict stats_dict(const biaffine::memory_stats& s)
     return d;
 }
 
+// ------------------------------------------------------------------ losses
+
+// Per-split arrays of one dtype, viewed in place as xtensor adaptors.
+template <class T>
+struct split_arrays {
+    std::vector<py::array_t<T>> keep;
+    std::vector<decltype(xt::adapt(std::declval<const T*>(), std::size_t{}, xt::no_ownership(),
+                                   std::declval<std::vector<std::size_t>>()))>
+        views;
+};
+
+template <class T>
+split_arrays<T> read_split_arrays(const py::sequence& seq, const std::string& what)
+{
+    split_arrays<T> out;
+    out.keep.reserve(seq.size());
+    out.views.reserve(seq.size());
+    for (std::size_t k = 0; k < seq.size(); ++k) {
+        out.keep.push_back(exact_array<T>(seq[k], what + "[" + std::to_string(k) + "]", -1, ""));
+        const auto& a = out.keep.back();
+        std::vector<std::size_t> shape(a.shape(), a.shape() + a.ndim());
+        out.views.push_back(xt::adapt(a.data(), static_cast<std::size_t>(a.size()), xt::no_ownership(), shape));
+    }
+    return out;
+}
+
+// cross_entropy_heads (Labels = false) / cross_entropy_labels: (loss, [dY]).
+template <bool Labels>
+py::tuple cross_entropy(const py::handle& Y, const py::handle& gold, double scale)
+{
+    const char* where = Labels ? "cross_entropy_labels" : "cross_entropy_heads";
+    if (py::isinstance<py::array>(Y) || !py::isinstance<py::sequence>(Y) || py::isinstance<py::str>(Y)) {
+        throw py::type_error(std::string(where) + ": Y must be a list of numpy arrays (one per split), got " +
+                             type_of(Y));
+    }
+    auto seq = py::reinterpret_borrow<py::sequence>(Y);
+    heads_t g = read_int_lists(gold, std::string(where) + (Labels ? ": gold_labels" : ": gold_heads"));
+    auto run = [&](auto tag) {
+        using T = decltype(tag);
+        split_arrays<T> ys = read_split_arrays<T>(seq, std::string(where) + ": Y");
+        std::pair<double, biaffine::score_list<T>> r;
+        {
+            py::gil_scoped_release release;
+            if constexpr (Labels) {
+                r = biaffine::cross_entropy_labels<T>(ys.views, g, scale);
+            } else {
+                r = biaffine::cross_entropy_heads<T>(ys.views, g, scale);
+            }
+        }
+        return py::make_tuple(r.first, adopt_scores(r.second));
+    };
+    if (seq.size() != 0 && py::isinstance<py::array>(seq[0]) &&
+        py::reinterpret_borrow<py::array>(seq[0]).dtype().is(py::dtype::of<double>())) {
+        return run(double{});
+    }
+    return run(float{});
+}
+
+py::array_t<std::int64_t> to_int64(const std::vector<std::size_t>& h)
+{
+    py::array_t<std::int64_t> out(static_cast<py::ssize_t>(h.size()));
+    for (std::size_t i = 0; i < h.size(); ++i) out.mutable_at(i) = static_cast<std::int64_t>(h[i]);
+    return out;
+}
+
+py::array_t<std::int64_t> labels_at_heads(const py::handle& scores, const py::handle& heads)
+{
+    if (!py::isinstance<py::array>(scores)) {
+        throw py::type_error("labels_at_heads: scores must be a numpy array [n, n, o] of float32 or float64, got " +
+                             type_of(scores));
+    }
+    const auto h = read_int_row(heads, "labels_at_heads: heads");
+    auto a = py::reinterpret_borrow<py::array>(scores);
+    auto run = [&](auto tag) {
+        using T = decltype(tag);
+        auto c = exact_array<T>(a, "labels_at_heads: scores", -1, "");
+        std::vector<std::size_t> shape(c.shape(), c.shape() + c.ndim());
+        auto x = xt::adapt(c.data(), static_cast<std::size_t>(c.size()), xt::no_ownership(), shape);
+        const auto view = biaffine::as_score_view(x);
+        std::vector<std::size_t> out;
+        {
+            py::gil_scoped_release release;
+            out = biaffine::labels_at_heads(view, h);
+        }
+        return to_int64(out);
+    };
+    if (a.dtype().is(py::dtype::of<double>())) return run(double{});
+    if (a.dtype().is(py::dtype::of<float>())) return run(float{});
+    throw py::type_error("labels_at_heads: expected dtype float32 or float64, got " + dtype_name(a.dtype()));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_biaffine, m)
 {
     m.doc() = "biaffine: split-batched biaffine scoring with bounded peak memory (C++ core)";
     m.attr("__version__") = biaffine::version_string;
+    // The ABI name this module was compiled under (include/biaffine/abi.hpp):
+    // version, float backend, ISA level.
+    m.attr("abi_tag") = biaffine::abi_tag;
 
     // The exception hierarchy of include/biaffine/errors.hpp. biaffine::error
     // is a std::invalid_argument, so Error is a ValueError; OverflowError is
@@ -773,11 +1229,15 @@ PYBIND11_MODULE(_biaffine, m)
     g_exc.length = make("LengthError", py::make_tuple(py::handle(g_exc.error)),
                         "A negative or out-of-range length (biaffine::length_error).");
     g_exc.budget = make("BudgetError", py::make_tuple(py::handle(g_exc.error)),
-                        "A zero or too-small budget, an oversize split under oversize='throw' (biaffine::budget_error).");
+                        "A zero or too-small budget, an oversize split under oversize='throw' "
+                        "(biaffine::budget_error).");
     g_exc.overflow = make("OverflowError", py::make_tuple(py::handle(g_exc.budget), builtins.attr("OverflowError")),
                           "A size computation overflows 64 bits (biaffine::overflow_error).");
     g_exc.backprop = make("BackpropError", py::make_tuple(py::handle(g_exc.error)),
                           "A backprop callback called twice or empty (biaffine::backprop_error).");
+    g_exc.head = make("HeadError", py::make_tuple(py::handle(g_exc.error)),
+                      "A list of heads missing, of the wrong length, or an index outside its split "
+                      "(biaffine::head_error).");
     py::register_exception_translator([](std::exception_ptr p) {
         try {
             if (p) std::rethrow_exception(p);
@@ -791,6 +1251,8 @@ PYBIND11_MODULE(_biaffine, m)
             PyErr_SetString(g_exc.length, e.what());
         } catch (const biaffine::backprop_error& e) {
             PyErr_SetString(g_exc.backprop, e.what());
+        } catch (const biaffine::head_error& e) {
+            PyErr_SetString(g_exc.head, e.what());
         } catch (const biaffine::error& e) {
             PyErr_SetString(g_exc.error, e.what());
         }
@@ -799,9 +1261,18 @@ PYBIND11_MODULE(_biaffine, m)
     });
 
     py::class_<biaffine::budget>(m, "budget", "A batch budget: budget.items(n), budget.bytes(b), budget.megabytes(mb).")
-        .def_static("items", &biaffine::budget::items, py::arg("n"))
-        .def_static("bytes", &biaffine::budget::bytes, py::arg("b"))
-        .def_static("megabytes", &biaffine::budget::megabytes, py::arg("mb"))
+        .def_static("items", [](const py::handle& n) { return biaffine::budget::items(read_count(n, "budget.items")); },
+                    py::arg("n"), "At most n padded items (splits x longest split) per batch: spaCy's rule.")
+        .def_static("bytes", [](const py::handle& b) { return biaffine::budget::bytes(read_count(b, "budget.bytes")); },
+                    py::arg("b"), "At most b bytes of the scorer's reported working set per batch.")
+        .def_static("megabytes", &budget_megabytes, py::arg("mb"),
+                    "mb MiB (2**20 bytes; an int or a float, rounded down to whole bytes).")
+        .def("__eq__", [](const biaffine::budget& a, const biaffine::budget& b) {
+            return a.kind == b.kind && a.value == b.value;
+        })
+        .def("__hash__", [](const biaffine::budget& b) {
+            return py::hash(py::make_tuple(static_cast<int>(b.kind), b.value));
+        })
         .def_property_readonly("kind", [](const biaffine::budget& b) {
             return b.kind == biaffine::budget_kind::bytes ? "bytes" : "items";
         })
@@ -825,6 +1296,24 @@ PYBIND11_MODULE(_biaffine, m)
                             [](auto* d, std::size_t n, std::size_t rs) { return biaffine::argmax_heads(d, n, rs); });
           },
           py::arg("scores"));
+    m.def("eisner_heads",
+          [](const py::handle& s) {
+              return decode(s, "eisner_heads",
+                            [](auto* d, std::size_t n, std::size_t rs) { return biaffine::eisner_heads(d, n, rs); });
+          },
+          py::arg("scores"),
+          "The best projective tree with one root: scores [n, n] (rows dependents, columns heads) -> heads [n] "
+          "(int64).");
+    m.def("labels_at_heads", &labels_at_heads, py::arg("scores"), py::arg("heads"),
+          "The best label at each token's given head: scores [n, n, o], heads [n] -> labels [n] (int64).");
+    m.def("cross_entropy_heads",
+          [](const py::handle& Y, const py::handle& gold, double scale) { return cross_entropy<false>(Y, gold, scale); },
+          py::arg("Y"), py::arg("gold_heads"), py::arg("scale") = 1.0,
+          "Loss and gradient over arc logits: Y [[n, n]] per split, gold_heads [[n]] per split -> (loss, [dY]).");
+    m.def("cross_entropy_labels",
+          [](const py::handle& Y, const py::handle& gold, double scale) { return cross_entropy<true>(Y, gold, scale); },
+          py::arg("Y"), py::arg("gold_labels"), py::arg("scale") = 1.0,
+          "Loss and gradient over label logits at given heads: Y [[n, o]], gold_labels [[n]] -> (loss, [dY]).");
     m.def("is_tree", [](const py::handle& h) { return biaffine::is_tree(read_size_list(h, "is_tree")); }, py::arg("heads"));
     m.def("lazy_split",
           [](const py::handle& scores, std::size_t max_length) {

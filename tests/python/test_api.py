@@ -31,6 +31,7 @@ CLASSES = {
     "biaffine::error": biaffine.Error, "biaffine::shape_error": biaffine.ShapeError,
     "biaffine::length_error": biaffine.LengthError, "biaffine::budget_error": biaffine.BudgetError,
     "biaffine::overflow_error": biaffine.OverflowError, "biaffine::backprop_error": biaffine.BackpropError,
+    "biaffine::head_error": biaffine.HeadError,
     "std::bad_alloc": MemoryError,
 }
 
@@ -282,6 +283,99 @@ def test_bad_input_table_rows(s3, tmp_path):
     assert issubclass(biaffine.ShapeError, ValueError)
 
 
+def test_bad_input_rows_of_labels_at_heads(s3):
+    d3 = np.ones((3, 3))
+    expect("heads-missing", lambda: s3.predict_heads([d3, d3], [[3], [3]], [[0, 0, 0]]))
+    expect("heads-length", lambda: s3.predict_heads([d3], [[3]], [[0, 0]]))
+    expect("heads-range", lambda: s3.predict_heads([np.ones((1, 3)), d3], [[1], [1, 2]], [[0], [0, 2, 0]]))
+    expect("heads-range", lambda: s3.forward_heads([np.ones((1, 3)), d3], [[1], [1, 2]], [[0], [0, 2, 0]]))
+    expect("heads-padded-shape", lambda: s3.predict_heads_padded(np.ones((2, 4, 3)), [4, 4], np.zeros((2, 3), int)))
+    expect("heads-padded-shape", lambda: s3.forward_heads_padded(np.ones((2, 4, 3)), [4, 4], np.zeros((2, 3), int)))
+    Y, bp = s3.forward_heads([np.ones((2, 3))], [[2]], [[0, 0]])
+    expect("heads-grad-shape", lambda: bp([np.ones((3, 1))]))
+    expect("loss-gold-head", lambda: biaffine.cross_entropy_heads([np.zeros((2, 2))], [[0, 2]]))
+    expect("labels-at-heads-range", lambda: biaffine.labels_at_heads(np.zeros((2, 2, 3)), [0, 2]))
+    assert issubclass(biaffine.HeadError, biaffine.Error)
+    # The head_error rows also raise the mirror of their C++ class under any composition.
+    for pad in (False, True):
+        with pytest.raises(biaffine.HeadError, match="head -1 outside"):
+            s3.predict_heads([d3], [[3]], [[0, -1, 0]], pad_seq_unpad_matrix=pad)
+
+
+def test_budgets_are_explicit():
+    assert biaffine.budget.megabytes(16.0) == biaffine.budget.megabytes(16) == biaffine.budget.bytes(16 << 20)
+    assert biaffine.budget.megabytes(0.5) == biaffine.budget.bytes(1 << 19)
+    assert len({biaffine.budget.megabytes(1), biaffine.budget.bytes(1 << 20), biaffine.budget.items(1 << 20)}) == 2
+    assert biaffine.budget.megabytes(1.5).value == 3 << 19
+    assert biaffine.budget.megabytes(1e-6).kind == "bytes" and biaffine.budget.megabytes(1e-6).value == 1
+    with pytest.raises(biaffine.BudgetError, match="must be positive"):
+        biaffine.budget.megabytes(1e-9)  # rounds to 0 bytes
+    with pytest.raises(ValueError, match="finite non-negative"):
+        biaffine.budget.megabytes(float("nan"))
+    with pytest.raises(ValueError, match="finite non-negative"):
+        biaffine.budget.megabytes(-1.0)
+    with pytest.raises(biaffine.OverflowError, match="64 bits"):
+        biaffine.budget.megabytes(1e300)
+    with pytest.raises(TypeError, match="budget.megabytes"):
+        biaffine.budget.megabytes("16")
+    with pytest.raises(TypeError, match="budget.bytes: expected an integer, got float"):
+        biaffine.budget.bytes(1.5)
+    with pytest.raises(ValueError, match="budget.items: expected a non-negative integer, got -3"):
+        biaffine.budget.items(-3)
+    with pytest.raises(biaffine.OverflowError, match="budget.bytes"):
+        biaffine.budget.bytes(1 << 70)
+    s = biaffine.biaffine_scorer(3, 2)
+    d = [np.ones((4, 3), np.float32)]
+    # A bare int is deprecated (it reads as bytes here, as padded items in
+    # with_minibatch_by_padded_size(size=...)): a FutureWarning naming the fix.
+    with pytest.warns(FutureWarning, match=r"budget=<int> is read as bytes.*budget.bytes\(n\)") as rec:
+        a = s.predict(d, [[4]], budget=1 << 16)
+    assert rec[0].filename == __file__  # attributed to the caller's line
+    b = s.predict(d, [[4]], budget=biaffine.budget.bytes(1 << 16))
+    np.testing.assert_array_equal(a[0], b[0])
+    with pytest.raises(TypeError, match="budget must be a biaffine.budget"):
+        s.predict(d, [[4]], budget=16.0)
+    with pytest.raises(TypeError, match="budget must be a biaffine.budget"):
+        s.predict(d, [[4]], budget=True)
+
+
+def test_python_only_bad_input_of_heads_and_losses(s3):
+    d = np.ones((4, 3))
+    with pytest.raises(TypeError, match=r"predict_heads: heads must be a list"):
+        s3.predict_heads([d], [[4]], np.zeros(4, int))
+    with pytest.raises(TypeError, match=r"forward_heads: heads must be a list"):
+        s3.forward_heads([d], [[4]], None)
+    with pytest.raises(TypeError, match=r"predict_heads_stream: heads must be a list"):
+        s3.predict_heads_stream([d], [[4]], None, lambda k, doc, v: None)
+    with pytest.raises(TypeError, match=r"predict_heads: heads\[0\] must hold integers, got float"):
+        s3.predict_heads([d], [[4]], [[0.0, 0, 0, 0]])
+    with pytest.raises(TypeError, match=r"forward_heads: heads\[0\] must hold integers, got dtype float64"):
+        s3.forward_heads([d], [[4]], [np.zeros(4)])
+    with pytest.raises(ValueError, match=r"heads\[0\]: expected a 1-d array, got 2 dimensions"):
+        s3.predict_heads([d], [[4]], [np.zeros((2, 2), int)])
+    with pytest.raises(TypeError, match="padded heads: expected an integer array, got dtype float64"):
+        s3.predict_heads_padded(np.ones((1, 4, 3)), [4], np.zeros((1, 4)))
+    Y, bp = s3.forward_heads([d], [[4]], [[0, 0, 0, 0]])
+    with pytest.raises(TypeError, match=r"backprop: dY\[0\]: expected dtype float64, got float32"):
+        bp([np.ones((4, 1), np.float32)])
+    with pytest.raises(biaffine.ShapeError, match="split gradient 0: expected \\[n, o\\], got 3 dimensions"):
+        bp([np.ones((4, 1, 1))])
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        bp([np.ones((4, 2))[:, :1]])
+    with pytest.raises(TypeError, match="cross_entropy_heads: Y must be a list"):
+        biaffine.cross_entropy_heads(np.zeros((2, 2)), [[0, 0]])
+    with pytest.raises(TypeError, match=r"cross_entropy_labels: Y\[1\]: expected dtype float32, got float64"):
+        biaffine.cross_entropy_labels([np.zeros((2, 2), np.float32), np.zeros((2, 2))], [[0, 0], [0, 0]])
+    with pytest.raises(biaffine.ShapeError, match="cross_entropy_labels: 1 gold label lists for 2 splits"):
+        biaffine.cross_entropy_labels([np.zeros((2, 2)), np.zeros((2, 2))], [[0, 0]])
+    with pytest.raises(TypeError, match="gold_heads must be a list"):
+        biaffine.cross_entropy_heads([np.zeros((2, 2))], "01")
+    with pytest.raises(TypeError, match="labels_at_heads: scores must be a numpy array"):
+        biaffine.labels_at_heads([[[0.0]]], [0])
+    with pytest.raises(ValueError, match="train_outputs must be 'probabilities' or 'logits', got 'probs'"):
+        biaffine.biaffine_scorer(3, 2, train_outputs="probs")
+
+
 def test_python_only_bad_input(s3):
     d = np.ones((4, 3))
     with pytest.raises(TypeError, match="expected dtype float64, got float32"):
@@ -355,3 +449,10 @@ def test_raising_callback_propagates_and_leaks_nothing():
     view = []
     s.predict_stream(docs, lengths, lambda k, d, v: view.append(v.flags["WRITEABLE"]))
     assert view == [False] * 6
+
+
+def test_abi_tag_names_version_backend_and_isa():
+    # include/biaffine/abi.hpp: v<major>_<minor>_<patch>_<backend>_<isa>.
+    m = re.fullmatch(r"v(\d+)_(\d+)_(\d+)_(eigen|avx2kernel|blas)_([a-z0-9]+)", biaffine.abi_tag)
+    assert m, biaffine.abi_tag
+    assert ".".join(m.group(1, 2, 3)) == biaffine.__version__

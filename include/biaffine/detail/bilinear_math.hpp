@@ -5,6 +5,8 @@
 // public pairwise_bilinear.hpp, which must not depend on a backend.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <cstddef>
 
@@ -13,7 +15,7 @@
 #include "biaffine/detail/eigen.hpp"
 #include "biaffine/tensor.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 /// T = Ua . W' : `Ua [N, hu]`, `W [o, hu, hv]` (row-major memory), `T [N, o * hv]`.
@@ -136,4 +138,4 @@ void head_scores_backward(const_row_map<T> va, const T* t, const std::size_t* he
 }
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -19,6 +19,8 @@
 // The tracker counts a block while it is allocated, never while cached.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <mutex>
@@ -27,7 +29,7 @@
 
 #include "biaffine/detail/large_blocks.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 struct block_cache {
@@ -130,4 +132,4 @@ private:
 };
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -17,6 +17,8 @@
 // the layer comes in as numbers (buffer_schedule) and callables.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstddef>
@@ -35,7 +37,7 @@
 #include "biaffine/tensor.hpp"
 #include "biaffine/workspace.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 /// The layer's settings for one call of the scheduler.
@@ -325,4 +327,4 @@ void run_buffers(const Items& X, const buffer_schedule& s, Cost&& cost, Workspac
 }
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

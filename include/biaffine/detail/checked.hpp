@@ -5,12 +5,14 @@
 // allocation instead of wrapping around to a small buffer.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <cstdint>
 #include <limits>
 
 #include "biaffine/errors.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 inline std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const char* what)
@@ -48,4 +50,4 @@ inline std::size_t to_index_size(std::uint64_t v, const char* what)
 }
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -1,10 +1,12 @@
 // biaffine/detail/counter.hpp - an atomic counter that layers can still be moved with.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <atomic>
 #include <cstdint>
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 // std::atomic is neither copyable nor movable, which would pin every layer
@@ -36,4 +38,4 @@ private:
 };
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -3,6 +3,8 @@
 // per-thread scratch buffer.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -14,7 +16,7 @@
 #include "biaffine/detail/checked.hpp"
 #include "biaffine/errors.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 template <class>
@@ -188,4 +190,4 @@ inline W to_weight(V v)
 }
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -8,6 +8,8 @@
 // orientations so each inner maximum reads two contiguous rows.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -18,7 +20,7 @@
 
 #include "biaffine/detail/decode_common.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 template <class W>
@@ -220,4 +222,4 @@ std::vector<std::size_t> eisner_heads_rows(std::size_t n, const Row& row, V* buf
 }
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -23,6 +23,8 @@
 // exists; all other matrices use plain doubles.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -35,7 +37,7 @@
 
 #include "biaffine/detail/decode_common.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 /// Per-thread working memory of mst_heads (grow-only; big buffers are freed
@@ -306,4 +308,4 @@ std::vector<std::size_t> mst_heads_rows(std::size_t n, const Row& row, V* buf)
 }
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -13,6 +13,8 @@
 // batching layers); a layer with neither is not protected.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -21,7 +23,7 @@
 
 #include "biaffine/tensor.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 template <class L, class = void>
@@ -110,4 +112,4 @@ private:
 };
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

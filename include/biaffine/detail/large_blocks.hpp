@@ -15,6 +15,8 @@
 // (any tracked block) and BIAFFINE_CACHED_BLOCK_MIN_BYTES (cached_tag).
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <new>
@@ -29,7 +31,7 @@
 #define BIAFFINE_DETAIL_LARGE_BLOCKS 0
 #endif
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 constexpr std::size_t huge_page_bytes = std::size_t(2) << 20;
@@ -99,4 +101,4 @@ inline void large_block_free(void* p, std::size_t bytes) noexcept
 }
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

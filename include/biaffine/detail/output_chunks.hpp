@@ -18,6 +18,8 @@
 // counts what was asked for, not the chunks.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -45,7 +47,7 @@
 #define BIAFFINE_DETAIL_OUTPUT_CHUNKS 0
 #endif
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 class output_chunks {
@@ -185,4 +187,4 @@ private:
 };
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

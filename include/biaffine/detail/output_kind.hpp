@@ -9,6 +9,8 @@
 // gradient back. A third kind (top-k heads, marginals) is one more policy.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <cstddef>
 #include <cstdint>
 
@@ -18,7 +20,7 @@
 #include "biaffine/layer.hpp"
 #include "biaffine/tensor.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 // In-place softmax of one split's scores over the last axis: heads when there
@@ -243,4 +245,4 @@ void check_kind_heads(const char* who, const Items& X, const Heads& H)
 }
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

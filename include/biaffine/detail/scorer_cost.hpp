@@ -3,6 +3,8 @@
 // scorer carves (the tests compare it with the tracker).
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <cstddef>
 #include <cstdint>
 
@@ -12,7 +14,7 @@
 #include "biaffine/scorer.hpp"
 #include "biaffine/workspace.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 
 template <class T>
 batch_cost biaffine_scorer<T>::cost(std::size_t count, std::size_t max_len, mode m) const
@@ -128,4 +130,4 @@ std::size_t biaffine_scorer<T>::train_packed_elements(std::size_t max_len, std::
     return detail::compute_backend<T>::train_packed_elements(dims(), max_len, rows);
 }
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -8,6 +8,8 @@
 // dropout, the softmax and what is kept for backward.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -23,7 +25,7 @@
 #include "biaffine/tensor.hpp"
 #include "biaffine/workspace.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 // Asks for `count` elements from `p` on to be brought into cache: a later
@@ -491,4 +493,4 @@ void biaffine_scorer<T>::begin_saved(const Items& X, mode m, saved_batch& sb)
     sb.kept = !cfg_.recompute_in_backward;
 }
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

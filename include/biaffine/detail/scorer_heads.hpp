@@ -10,6 +10,8 @@
 // this file holds the public calls, the cost and the head lists.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -24,7 +26,7 @@
 #include "biaffine/tensor.hpp"
 #include "biaffine/workspace.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 // ------------------------------------------------------------ public calls
 
 template <class T>
@@ -157,4 +159,4 @@ tracked_vector<span<const std::int64_t>> biaffine_scorer<T>::padded_head_lists(c
     return lists;
 }
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

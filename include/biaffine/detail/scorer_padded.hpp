@@ -5,6 +5,8 @@
 // with what the reference holds there.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <utility>
@@ -16,7 +18,7 @@
 #include "biaffine/scorer.hpp"
 #include "biaffine/tensor.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 
 template <class T>
 template <class X3, class Lengths>
@@ -156,4 +158,4 @@ void biaffine_scorer<T>::fill_padding(score_array<T>& y, const Views& views, mod
     }
 }
 
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

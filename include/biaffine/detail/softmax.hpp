@@ -13,13 +13,15 @@
 // groups of fewer than BIAFFINE_SOFTMAX_SPAN_MIN scores to Eigen.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <cstddef>
 #include <limits>
 
 #include "biaffine/config.hpp"
 #include "biaffine/detail/eigen.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 /// x [len] = exp(x - max x) / sum, in place. Like Eigen's packet exp, a
@@ -71,4 +73,4 @@ void softmax_group(T* x, std::size_t len)
 }
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

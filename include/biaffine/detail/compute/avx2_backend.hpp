@@ -30,6 +30,8 @@
 
 #if defined(__AVX2__) && defined(__FMA__)
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -47,7 +49,7 @@
 #define BIAFFINE_DETAIL_STRINGIFY_(x) #x
 #define BIAFFINE_DETAIL_STRINGIFY(x) BIAFFINE_DETAIL_STRINGIFY_(x)
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 /// Whether the kernel takes a split's scores over this many 16-column panels
@@ -678,6 +680,6 @@ struct avx2_backend {
 };
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END
 
 #endif  // __AVX2__ && __FMA__

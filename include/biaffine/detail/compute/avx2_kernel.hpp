@@ -17,6 +17,8 @@
 
 #if defined(__AVX2__) && defined(__FMA__)
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <cassert>
 #include <cstddef>
@@ -26,7 +28,7 @@
 
 #include "biaffine/config.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 /// Columns of one packed panel of the right side.
@@ -697,6 +699,6 @@ inline void gemm_store_transposed(const float* a, std::ptrdiff_t lda, std::size_
 }
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END
 
 #endif  // __AVX2__ && __FMA__

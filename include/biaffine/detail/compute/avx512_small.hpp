@@ -21,6 +21,7 @@
 // (its bug 105593) and fail -Werror.
 #pragma once
 
+#include "biaffine/abi.hpp"
 #include "biaffine/config.hpp"
 
 #if defined(__AVX512F__) && BIAFFINE_AVX512_SMALL_PRODUCTS
@@ -30,7 +31,7 @@
 
 #include <immintrin.h>
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 namespace zmm_small {
 
@@ -231,7 +232,7 @@ inline void zmm_combos(const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_cs,
 }
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END
 
 #else
 #define BIAFFINE_DETAIL_ZMM_SMALL 0

@@ -12,22 +12,17 @@
 // CBLAS. Adding a backend: one header beside this one, and its line here.
 #pragma once
 
+#include "biaffine/abi.hpp"  // BIAFFINE_GEMM_KERNEL: the rule, beside the ABI name it sets
 #include "biaffine/config.hpp"
 #include "biaffine/detail/compute/eigen_backend.hpp"
 
 #if defined(BIAFFINE_USE_BLAS)
 #include "biaffine/detail/compute/blas_backend.hpp"
-#define BIAFFINE_GEMM_KERNEL 0
-#elif defined(__AVX2__) && defined(__FMA__) && !defined(BIAFFINE_NO_GEMM_KERNEL) && \
-    (!defined(__AVX512F__) || BIAFFINE_AVX2_KERNEL_ON_AVX512)
+#elif BIAFFINE_GEMM_KERNEL
 #include "biaffine/detail/compute/avx2_backend.hpp"
-/// 1 when float runs on the AVX2/FMA kernel in this build.
-#define BIAFFINE_GEMM_KERNEL 1
-#else
-#define BIAFFINE_GEMM_KERNEL 0
 #endif
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 #if defined(BIAFFINE_USE_BLAS)
@@ -54,4 +49,4 @@ template <class T>
 using compute_backend = typename backend_choice<T>::type;
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

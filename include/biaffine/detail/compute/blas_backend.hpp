@@ -13,6 +13,8 @@
 
 #if defined(BIAFFINE_USE_BLAS)
 
+#include "biaffine/abi.hpp"
+
 #include <cblas.h>
 
 #include <cstddef>
@@ -30,7 +32,7 @@ void openblas_set_num_threads(int) __attribute__((weak));
 void bli_thread_set_num_threads(long) __attribute__((weak));
 }
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 inline void blas_gemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
@@ -157,6 +159,6 @@ private:
 };
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END
 
 #endif  // BIAFFINE_USE_BLAS

@@ -9,6 +9,8 @@
 // boundaries. Short splits skip the GEMM's packing (row_dots.hpp).
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <cstddef>
 
@@ -18,7 +20,7 @@
 #include "biaffine/detail/bilinear_math.hpp"
 #include "biaffine/tensor.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 /// bilinear_scores for a backend that computes T for the whole batch in one
@@ -203,4 +205,4 @@ private:
 };
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

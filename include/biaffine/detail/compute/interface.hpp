@@ -37,6 +37,8 @@
 // operation (tests/protocol/backend_probe.cpp).
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <cstddef>
 #include <type_traits>
 #include <utility>
@@ -45,7 +47,7 @@
 #include "biaffine/tensor.hpp"
 #include "biaffine/workspace.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 namespace backend_probe {
 
@@ -171,4 +173,4 @@ constexpr bool check_backend()
 }
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -2,6 +2,8 @@
 // backend: the sizes, the parameters, the packed rows of a batch.
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <type_traits>
@@ -9,7 +11,7 @@
 
 #include "biaffine/tensor.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 /// The sizes every compute operation of the scorer needs.
@@ -108,4 +110,4 @@ void scatter_rows(const T* xp, const std::size_t* off, std::size_t n_in, span<co
 }
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

@@ -14,11 +14,13 @@
 //               dTr = dS^T . Va).
 #pragma once
 
+#include "biaffine/abi.hpp"
+
 #include <cstddef>
 
 #include "biaffine/detail/eigen.hpp"
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 template <class T>
@@ -157,4 +159,4 @@ void row_combos(const T* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_cs, std::ptrdi
 }
 
 }  // namespace detail
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END
