@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "biaffine/detail/compute/backend.hpp"
+#include "biaffine/detail/compute/interface.hpp"
 #include "biaffine/memory.hpp"
 #if defined(__AVX2__) && defined(__FMA__)
 // Tested wherever it can run, also on AVX-512 builds that do not choose it.
@@ -520,6 +521,32 @@ TEST_CASE("every backend's batch-wide products equal double loops", "[backend]")
 #else
     WARN("the BLAS backend is not built here (configure with -DBIAFFINE_WITH_BLAS=ON): its products are not tested");
 #endif
+}
+
+// The contract of detail/compute/interface.hpp, on every backend this build
+// has: a missing operation stops the build with its name (the probe in
+// tests/protocol/backend_probe.cpp shows the message).
+TEST_CASE("every backend meets the backend contract (check_backend)", "[backend]")
+{
+    using biaffine::detail::check_backend;
+    static_assert(check_backend<biaffine::detail::eigen_backend<double>, double>());
+    static_assert(check_backend<biaffine::detail::eigen_backend<float>, float>());
+    std::size_t checked = 2;
+#if defined(__AVX2__) && defined(__FMA__)
+    static_assert(check_backend<biaffine::detail::avx2_backend, float>());
+    ++checked;
+#endif
+#if defined(BIAFFINE_USE_BLAS)
+    static_assert(check_backend<biaffine::detail::blas_backend<double>, double>());
+    static_assert(check_backend<biaffine::detail::blas_backend<float>, float>());
+    checked += 2;
+#endif
+    static_assert(check_backend<biaffine::detail::compute_backend<float>, float>());
+    static_assert(check_backend<biaffine::detail::compute_backend<double>, double>());
+    // A type with none of the operations is told apart (the detectors can fail).
+    REQUIRE_FALSE(biaffine::detail::backend_probe::has_split_scores<int, float>::value);
+    REQUIRE(biaffine::detail::backend_probe::has_split_scores<biaffine::detail::eigen_backend<float>, float>::value);
+    REQUIRE(checked >= 2);
 }
 
 TEST_CASE("the backend chosen for each scalar type is what the build says", "[backend]")

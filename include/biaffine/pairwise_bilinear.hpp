@@ -4,7 +4,7 @@
 //
 // rows m are dependents, columns l head candidates, labels last; u = [head, 1]
 // when bias_u, v = [dep, 1] when bias_v. Computed per sequence as two GEMMs,
-// T = u . W' and S_flat = v . T^T (see detail/compute/eigen_backend.hpp, whose
+// T = u . W' and S_flat = v . T^T (see detail/bilinear_math.hpp, whose
 // products these are: the same ones the scorer runs on Eigen).
 //
 // This header is the padded reference interface of the bilinear alone; the
@@ -18,7 +18,7 @@
 #include <type_traits>
 
 #include "biaffine/detail/checked.hpp"
-#include "biaffine/detail/compute/eigen_backend.hpp"
+#include "biaffine/detail/bilinear_math.hpp"
 #include "biaffine/errors.hpp"
 #include "biaffine/tensor.hpp"
 

@@ -21,7 +21,8 @@
 //   detail/scorer_cost.hpp     what a batch costs in bytes (the batcher's budget unit)
 //   detail/scorer_forward.hpp  forward and backward over split lists
 //   detail/scorer_padded.hpp   the padded (reference-compatible) interface
-//   detail/scorer_heads.hpp    labels at given heads ([n, o] per split): predict_heads, forward_heads
+//   detail/scorer_heads.hpp    labels at given heads: its calls, costs and head lists
+//   detail/output_kind.hpp     the output kinds (full scores, labels at heads) as policies
 //   scorer_io.hpp              .npy save / load over parameters()
 // The arithmetic itself goes through the compute backend chosen in
 // detail/compute/backend.hpp.
@@ -532,11 +533,30 @@ private:
     void score_splits(const T* u, const std::size_t* off, std::size_t count, T* t, bool keep_t, T* packed,
                       Each&& each) const;
     std::size_t eval_t_rows(std::size_t N, std::size_t max_len) const noexcept;
-    template <class Items, class Dest, class Done>
-    void predict_into(const Items& X, Dest&& dest, Done&& done) const;
-    template <class Items, class Dest>
-    backprop_type forward_into(const Items& X, mode m, Dest&& dest);
-    void backward(const saved_batch& sb, span<const score_view<const T>> dY, span<const seq_view<T>> dX);
+    // One path per output kind (detail/output_kind.hpp): Kind is
+    // full_scores_kind or labels_at_heads_kind, H the heads (no_heads{} for
+    // full scores).
+    template <class Kind>
+    using kind_backprop =
+        backprop_fn<void(span<const typename Kind::template view<const T>>, span<const seq_view<T>>)>;
+    template <class Kind, class Dest, class Each>
+    void score_batch(const T* u, const T* v, const std::size_t* off, std::size_t count, const std::size_t* head_rows,
+                     T* t, bool keep_t, T* packed, Dest&& dest, Each&& each) const;
+    template <class Kind>
+    void split_output(const saved_batch& sb, std::size_t k, const T* v, const T* t,
+                      typename Kind::template view<T> y, T* packed) const;
+    template <class Kind>
+    void split_output_backward(const saved_batch& sb, std::size_t k, const T* v, const T* t,
+                               typename Kind::template view<const T> g, T* dv, T* dt, T* packed) const;
+    template <class Kind>
+    std::size_t kept_output_offset(const saved_batch& sb, std::size_t k) const noexcept;
+    template <class Kind, class Items, class Heads, class Dest, class Done>
+    void predict_into(const Items& X, const Heads& H, Dest&& dest, Done&& done) const;
+    template <class Kind, class Items, class Heads, class Dest>
+    kind_backprop<Kind> forward_into(const Items& X, const Heads& H, mode m, Dest&& dest);
+    template <class Kind>
+    void backward(const saved_batch& sb, span<const typename Kind::template view<const T>> dY,
+                  span<const seq_view<T>> dX);
     void prefetch_split(const saved_batch& sb, const score_view<const T>& g, std::size_t k, const T* v,
                         const T* t) const;
     void backward_projections(const saved_batch& sb, const T* u, const T* v, T* dt, T* dv, T* du,
@@ -547,11 +567,6 @@ private:
     // detail/scorer_heads.hpp
     template <class Items, class Heads>
     std::size_t fill_head_rows(const Items& X, const Heads& H, std::size_t* off, std::size_t* rows) const;
-    template <class Items, class Heads, class Dest, class Done>
-    void predict_heads_into(const Items& X, const Heads& H, Dest&& dest, Done&& done) const;
-    template <class Items, class Heads, class Dest>
-    heads_backprop_type forward_heads_into(const Items& X, const Heads& H, mode m, Dest&& dest);
-    void backward_heads(const saved_batch& sb, span<const seq_view<const T>> dY, span<const seq_view<T>> dX);
     template <class X3, class Lengths, class Heads2>
     tracked_vector<span<const std::int64_t>> padded_head_lists(const X3& x, const Lengths& lengths,
                                                                const Heads2& heads,
@@ -564,6 +579,8 @@ private:
     }
 
     // detail/scorer_cost.hpp
+    template <class Kind>
+    batch_cost kind_cost(std::size_t count, std::size_t max_len, mode m) const;
     std::size_t packed_elements(std::size_t max_len) const noexcept;
     std::size_t train_packed_elements(std::size_t max_len, std::size_t rows) const noexcept;
 
@@ -573,6 +590,13 @@ private:
     tracked_vector<seq_view<const T>> padded_views(const X3& x, const Lengths& lengths) const;
     template <class Views>
     void fill_padding(score_array<T>& y, const Views& views, mode m) const;
+    template <class Kind>
+    score_array<T> new_padded(std::size_t b, std::size_t L) const;
+    template <class Kind, class Views, class Heads>
+    score_array<T> predict_padded_kind(const Views& views, const Heads& H, std::size_t L) const;
+    template <class Kind, class Views, class Heads>
+    std::pair<score_array<T>, padded_backprop_type> forward_padded_kind(const Views& views, const Heads& H,
+                                                                        std::size_t L, mode m);
 
     scorer_config cfg_;
     std::mt19937_64 rng_;

@@ -21,6 +21,7 @@
 
 #include "biaffine/backprop.hpp"
 #include "biaffine/detail/checked.hpp"
+#include "biaffine/detail/output_kind.hpp"
 #include "biaffine/errors.hpp"
 #include "biaffine/layer.hpp"
 #include "biaffine/tensor.hpp"
@@ -81,31 +82,14 @@ public:
     template <class Items>
     score_list<T> predict(const Items& X) const
     {
-        score_list<T> Y;
-        Y.reserve(X.size());
-        predict_stream(X, [&](std::size_t, score_view<const T> s) {
-            score_tensor<T> y(inner_.score_shape(s.n));
-            if (s.n != 0) {
-                detail::row_block(y.data(), s.n, s.n * s.labels) = s.map();
-            }
-            Y.push_back(std::move(y));
-        });
-        return Y;
+        return predict_kind<detail::full_scores_kind>(X, detail::no_heads{});
     }
 
     /// Streaming: `sink(k, view)` per split, views into the padded output.
     template <class Items, class Sink>
     void predict_stream(const Items& X, Sink&& sink) const
     {
-        const std::size_t count = X.size(), L = max_len(X), n_in = inner_.n_in(), o = inner_.labels();
-        scratch<T> xp(padded_size(count, L));
-        scratch<std::int64_t> lens(count);
-        pad(X, L, xp.data(), lens.data());
-        auto x = xt::adapt(xp.data(), xp.size(), xt::no_ownership(), std::array<std::size_t, 3>{count, L, n_in});
-        const score_array<T> y = inner_.predict_padded(x, span<const std::int64_t>(lens.data(), count));
-        for (std::size_t k = 0; k < count; ++k) {
-            sink(k, padded_scores(y.data(), k, X[k].rows, L, o));
-        }
+        predict_stream_kind<detail::full_scores_kind>(X, detail::no_heads{}, std::forward<Sink>(sink));
     }
 
     /// Forward through the padded inner layer; the callback pads the score
@@ -113,40 +97,7 @@ public:
     template <class Items>
     std::pair<score_list<T>, backprop_type> forward(const Items& X, mode m = mode::train)
     {
-        const std::size_t count = X.size(), L = max_len(X), n_in = inner_.n_in(), o = inner_.labels();
-        padded_size(count, L);  // checked before xtensor multiplies the shape out
-        tensor<T, 3> x = tensor<T, 3>::from_shape({count, L, n_in});
-        tracked_vector<std::int64_t> lens(count);
-        pad(X, L, x.data(), lens.data());
-        auto [y, inner_bp] = inner_.forward_padded(x, lens, m);
-        score_list<T> Y;
-        Y.reserve(count);
-        for (std::size_t k = 0; k < count; ++k) {
-            const std::size_t n = X[k].rows;
-            score_tensor<T> yk(inner_.score_shape(n));
-            if (n != 0) {
-                detail::row_block(yk.data(), n, n * o) = padded_scores(y.data(), k, n, L, o).map();
-            }
-            Y.push_back(std::move(yk));
-        }
-        auto shape = y.shape();
-        backprop_type bp([x = std::move(x), lens = std::move(lens), inner_bp = std::move(inner_bp), shape, L, o,
-                          n_in](span<const score_view<const T>> dY, span<const seq_view<T>> dX) mutable {
-            const std::size_t count = lens.size();
-            detail::check_backprop_counts(count, dY.size(), dX.size());
-            score_array<T> dy = xt::zeros<T>(shape);
-            for (std::size_t k = 0; k < count; ++k) {
-                const std::size_t n = static_cast<std::size_t>(lens[k]);
-                detail::check_score_grad("with_pad_seq_unpad_matrix backprop", k, dY[k], n, o);
-                detail::check_grad_slot("with_pad_seq_unpad_matrix backprop", k, dX[k], n, n_in);
-                if (n != 0) {
-                    padded_scores(dy.data(), k, n, L, o).map() = dY[k].map();
-                }
-            }
-            const tensor<T, 3> dx = inner_bp(dy);
-            unpad_grads(dx, lens, L, n_in, dX);
-        });
-        return {std::move(Y), std::move(bp)};
+        return forward_kind<detail::full_scores_kind>(X, detail::no_heads{}, m);
     }
 
     // ------------------------------------------- labels at given heads
@@ -174,14 +125,8 @@ public:
     template <class Items, class Heads>
     score_list<T> predict_heads(const Items& X, const Heads& H) const
     {
-        score_list<T> Y;
-        Y.reserve(X.size());
-        predict_heads_stream(X, H, [&](std::size_t, seq_view<const T> y) {
-            score_tensor<T> yk = score_tensor<T>::from_shape({y.rows, y.cols});
-            if (y.rows != 0) detail::row_block(yk.data(), y.rows, y.cols) = y.map();
-            Y.push_back(std::move(yk));
-        });
-        return Y;
+        static_assert(check_padded_heads_layer<inner_type>());
+        return predict_kind<detail::labels_at_heads_kind>(X, H);
     }
 
     /// Streaming labels at given heads: `sink(k, seq_view<const T>)`, views
@@ -190,19 +135,7 @@ public:
     void predict_heads_stream(const Items& X, const Heads& H, Sink&& sink) const
     {
         static_assert(check_padded_heads_layer<inner_type>());
-        const std::size_t count = X.size(), L = max_len(X), n_in = inner_.n_in(), o = inner_.labels();
-        check_padded_heads(X, H);
-        scratch<T> xp(padded_size(count, L));
-        scratch<std::int64_t> lens(count);
-        scratch<std::int64_t> hp(detail::to_index_size(detail::checked_mul(count, L, "padded batch"), "padded batch"));
-        pad(X, L, xp.data(), lens.data());
-        pad_heads(H, count, L, lens.data(), hp.data());
-        auto x = xt::adapt(xp.data(), xp.size(), xt::no_ownership(), std::array<std::size_t, 3>{count, L, n_in});
-        auto h = xt::adapt(hp.data(), hp.size(), xt::no_ownership(), std::array<std::size_t, 2>{count, L});
-        const score_array<T> y = inner_.predict_heads_padded(x, span<const std::int64_t>(lens.data(), count), h);
-        for (std::size_t k = 0; k < count; ++k) {
-            sink(k, seq_view<const T>{y.data() + k * L * o, X[k].rows, o, static_cast<std::ptrdiff_t>(o), 1});
-        }
+        predict_stream_kind<detail::labels_at_heads_kind>(X, H, std::forward<Sink>(sink));
     }
 
     /// Forward of labels at given heads through the padded inner layer; the
@@ -211,42 +144,128 @@ public:
     std::pair<score_list<T>, heads_backprop_type> forward_heads(const Items& X, const Heads& H, mode m = mode::train)
     {
         static_assert(check_padded_heads_layer<inner_type>());
+        return forward_kind<detail::labels_at_heads_kind>(X, H, m);
+    }
+
+private:
+    // One path per output kind (detail/output_kind.hpp); H is no_heads{}
+    // for full scores.
+
+    // One split's unpadded output tensor: `[n, n(, o)]` or `[n, o]`.
+    template <class Kind>
+    score_tensor<T> new_output(std::size_t n) const
+    {
+        if constexpr (Kind::heads) {
+            return score_tensor<T>::from_shape({n, inner_.labels()});
+        } else {
+            return score_tensor<T>(inner_.score_shape(n));
+        }
+    }
+
+    template <class Kind, class Items, class Heads>
+    score_list<T> predict_kind(const Items& X, const Heads& H) const
+    {
+        const std::size_t o = inner_.labels();
+        score_list<T> Y;
+        Y.reserve(X.size());
+        predict_stream_kind<Kind>(X, H, [&](std::size_t, typename Kind::template view<const T> y) {
+            const std::size_t n = X[Y.size()].rows;
+            score_tensor<T> yk = new_output<Kind>(n);
+            Kind::assign(Kind::dense(yk.data(), n, o), y);
+            Y.push_back(std::move(yk));
+        });
+        return Y;
+    }
+
+    // The inner layer's padded call of a kind on `x` and `lens`: labels at
+    // heads pad the heads into `hp` first.
+    template <class Kind, class Heads, class X3, class Lens, class Call>
+    decltype(auto) call_padded(const Heads& H, const X3& x, const Lens& lens, std::int64_t* hp, Call&& call) const
+    {
+        if constexpr (Kind::heads) {
+            const std::size_t count = x.shape()[0], L = x.shape()[1];
+            pad_heads(H, count, L, lens.data(), hp);
+            auto h = xt::adapt(hp, count * L, xt::no_ownership(), std::array<std::size_t, 2>{count, L});
+            return call(x, lens, h);
+        } else {
+            (void)H;
+            (void)hp;
+            return call(x, lens, detail::no_heads{});
+        }
+    }
+
+    template <class Kind, class Items, class Heads, class Sink>
+    void predict_stream_kind(const Items& X, const Heads& H, Sink&& sink) const
+    {
         const std::size_t count = X.size(), L = max_len(X), n_in = inner_.n_in(), o = inner_.labels();
-        check_padded_heads(X, H);
+        detail::check_kind_heads<Kind>("with_pad_seq_unpad_matrix", X, H);
+        scratch<T> xp(padded_size(count, L));
+        scratch<std::int64_t> lens(count);
+        scratch<std::int64_t> hp(Kind::heads ? detail::to_index_size(detail::checked_mul(count, L, "padded batch"),
+                                                                     "padded batch")
+                                             : 0);
+        pad(X, L, xp.data(), lens.data());
+        auto x = xt::adapt(xp.data(), xp.size(), xt::no_ownership(), std::array<std::size_t, 3>{count, L, n_in});
+        const score_array<T> y =
+            call_padded<Kind>(H, x, span<const std::int64_t>(lens.data(), count), hp.data(),
+                              [&](const auto& xx, const auto& ll, const auto& hh) {
+                                  if constexpr (Kind::heads) {
+                                      return inner_.predict_heads_padded(xx, ll, hh);
+                                  } else {
+                                      return inner_.predict_padded(xx, ll);
+                                  }
+                              });
+        for (std::size_t k = 0; k < count; ++k) sink(k, Kind::padded(y.data(), k, X[k].rows, L, o));
+    }
+
+    template <class Kind, class Items, class Heads>
+    auto forward_kind(const Items& X, const Heads& H, mode m)
+    {
+        using grad = typename Kind::template view<const T>;
+        const std::size_t count = X.size(), L = max_len(X), n_in = inner_.n_in(), o = inner_.labels();
+        detail::check_kind_heads<Kind>("with_pad_seq_unpad_matrix", X, H);
         padded_size(count, L);  // checked before xtensor multiplies the shape out
         tensor<T, 3> x = tensor<T, 3>::from_shape({count, L, n_in});
         tracked_vector<std::int64_t> lens(count);
         pad(X, L, x.data(), lens.data());
-        scratch<std::int64_t> hp(detail::to_index_size(detail::checked_mul(count, L, "padded batch"), "padded batch"));
-        pad_heads(H, count, L, lens.data(), hp.data());
-        auto h = xt::adapt(hp.data(), hp.size(), xt::no_ownership(), std::array<std::size_t, 2>{count, L});
-        auto [y, inner_bp] = inner_.forward_heads_padded(x, lens, h, m);
+        scratch<std::int64_t> hp(Kind::heads ? detail::to_index_size(detail::checked_mul(count, L, "padded batch"),
+                                                                     "padded batch")
+                                             : 0);
+        auto [y, inner_bp] = call_padded<Kind>(H, x, lens, hp.data(),
+                                               [&](const auto& xx, const auto& ll, const auto& hh) {
+                                                   if constexpr (Kind::heads) {
+                                                       return inner_.forward_heads_padded(xx, ll, hh, m);
+                                                   } else {
+                                                       return inner_.forward_padded(xx, ll, m);
+                                                   }
+                                               });
         score_list<T> Y;
         Y.reserve(count);
         for (std::size_t k = 0; k < count; ++k) {
             const std::size_t n = X[k].rows;
-            score_tensor<T> yk = score_tensor<T>::from_shape({n, o});
-            if (n != 0) detail::row_block(yk.data(), n, o) = detail::const_row_block(y.data() + k * L * o, n, o);
+            score_tensor<T> yk = new_output<Kind>(n);
+            Kind::assign(Kind::dense(yk.data(), n, o), Kind::padded(static_cast<const T*>(y.data()), k, n, L, o));
             Y.push_back(std::move(yk));
         }
-        heads_backprop_type bp([x = std::move(x), lens = std::move(lens), inner_bp = std::move(inner_bp), L, o,
-                                n_in](span<const seq_view<const T>> dY, span<const seq_view<T>> dX) mutable {
-            const std::size_t count = lens.size();
-            detail::check_backprop_counts(count, dY.size(), dX.size());
-            score_array<T> dy = xt::zeros<T>({count, L, o});
-            for (std::size_t k = 0; k < count; ++k) {
-                const std::size_t n = static_cast<std::size_t>(lens[k]);
-                detail::check_head_grad("with_pad_seq_unpad_matrix backprop", k, dY[k], n, o);
-                detail::check_grad_slot("with_pad_seq_unpad_matrix backprop", k, dX[k], n, n_in);
-                detail::copy_rows(dY[k], dy.data() + k * L * o);
-            }
-            const tensor<T, 3> dx = inner_bp(dy);
-            unpad_grads(dx, lens, L, n_in, dX);
-        });
-        return {std::move(Y), std::move(bp)};
+        auto shape = y.shape();
+        backprop_fn<void(span<const grad>, span<const seq_view<T>>)> bp(
+            [x = std::move(x), lens = std::move(lens), inner_bp = std::move(inner_bp), shape, L, o,
+             n_in](span<const grad> dY, span<const seq_view<T>> dX) mutable {
+                const std::size_t count = lens.size();
+                detail::check_backprop_counts(count, dY.size(), dX.size());
+                score_array<T> dy = xt::zeros<T>(shape);
+                for (std::size_t k = 0; k < count; ++k) {
+                    const std::size_t n = static_cast<std::size_t>(lens[k]);
+                    Kind::template check_grad<T>("with_pad_seq_unpad_matrix backprop", k, dY[k], n, o);
+                    detail::check_grad_slot("with_pad_seq_unpad_matrix backprop", k, dX[k], n, n_in);
+                    Kind::assign(Kind::padded(dy.data(), k, n, L, o), dY[k]);
+                }
+                const tensor<T, 3> dx = inner_bp(dy);
+                unpad_grads(dx, lens, L, n_in, dX);
+            });
+        return std::make_pair(std::move(Y), std::move(bp));
     }
 
-private:
     // A batch's working set around the inner layer's padded cost `in`,
     // whose padded output is `outputs` bytes once unpadded.
     batch_cost padded_batch_cost(const batch_cost& in, std::size_t count, std::size_t max_len, mode m,
@@ -270,13 +289,6 @@ private:
         c.scratch = checked_add(in.scratch, lens, "padded batch");
         c.heap = checked_add(c.heap, checked_add(in.outputs, x, "padded batch"), "padded batch");
         return c;
-    }
-
-    template <class Items, class Heads>
-    static void check_padded_heads(const Items& X, const Heads& H)
-    {
-        detail::check_heads("with_pad_seq_unpad_matrix", X.size(), H, [&](std::size_t k) { return X[k].rows; },
-                            [](std::size_t k) { return detail::msg("split ", k); });
     }
 
     // Heads `[count, L]` (int64), 0 past each length.

@@ -23,6 +23,7 @@
 
 #include "biaffine/backprop.hpp"
 #include "biaffine/detail/checked.hpp"
+#include "biaffine/detail/output_kind.hpp"
 #include "biaffine/errors.hpp"
 #include "biaffine/layer.hpp"
 #include "biaffine/tensor.hpp"
@@ -200,27 +201,8 @@ public:
                                                     mode m = mode::train)
     {
         prepared p = prepare(docs, split_lengths);
-        // Kept for backprop, paid out of the batcher's budget: the flat lengths
-        // and, in backprop, one input-gradient view per split.
-        const std::uint64_t kept = detail::checked_mul(p.first.back(), sizeof(std::size_t) + sizeof(seq_view<T>),
-                                                       "with_splits bookkeeping");
-        auto [Y, inner_bp] = inner_.forward(p.sequence(split_lengths, kept), m);
-        const std::size_t n_in = inner_.n_in(), o = inner_.labels();
-        // Training keeps the flat lengths for backward (the caller's may be gone).
-        tracked_vector<std::size_t> lengths = flat_lengths(p, split_lengths);
-        backprop_type bp([p = std::move(p), lengths = std::move(lengths), inner_bp = std::move(inner_bp), n_in,
-                          o](span<const score_view<const T>> dY) mutable {
-            const std::size_t n_splits = lengths.size();
-            if (dY.size() != n_splits) {
-                throw shape_error(detail::msg("with_splits backprop: expected ", n_splits, " split gradients, got ",
-                                              dY.size()));
-            }
-            for (std::size_t k = 0; k < n_splits; ++k) {
-                detail::check_score_grad("with_splits backprop", k, dY[k], lengths[k], o, p.document_of(k));
-            }
-            return backprop_documents(p, lengths, n_in, [&](span<const seq_view<T>> slots) { inner_bp(dY, slots); });
-        });
-        return {std::move(Y), std::move(bp)};
+        return forward_kind<detail::full_scores_kind>(std::move(p), split_lengths, 0,
+                                                      [&](const auto& seq) { return inner_.forward(seq, m); });
     }
 
     // ------------------------------------------- labels at given heads
@@ -267,46 +249,17 @@ public:
         static_assert(check_heads_layer<inner_type>());
         prepared p = prepare(docs, split_lengths);
         const auto lists = split_heads(p, split_lengths, heads);
-        // Paid out of the batcher's budget: the per-split heads spans, and as
-        // for forward() the flat lengths and one dX view per split.
-        const std::uint64_t kept = detail::checked_add(
-            heads_bytes(lists),
-            detail::checked_mul(p.first.back(), sizeof(std::size_t) + sizeof(seq_view<T>), "with_splits bookkeeping"),
-            "with_splits bookkeeping");
-        auto [Y, inner_bp] = inner_.forward_heads(p.sequence(split_lengths, kept), span_of(lists), m);
-        const std::size_t n_in = inner_.n_in(), o = inner_.labels();
-        tracked_vector<std::size_t> lengths = flat_lengths(p, split_lengths);
-        heads_backprop_type bp([p = std::move(p), lengths = std::move(lengths), inner_bp = std::move(inner_bp), n_in,
-                                o](span<const seq_view<const T>> dY) mutable {
-            const std::size_t n_splits = lengths.size();
-            if (dY.size() != n_splits) {
-                throw shape_error(detail::msg("with_splits backprop: expected ", n_splits, " split gradients, got ",
-                                              dY.size()));
-            }
-            for (std::size_t k = 0; k < n_splits; ++k) {
-                detail::check_head_grad("with_splits backprop", k, dY[k], lengths[k], o);
-            }
-            return backprop_documents(p, lengths, n_in, [&](span<const seq_view<T>> slots) { inner_bp(dY, slots); });
-        });
-        return {std::move(Y), std::move(bp)};
+        // Paid out of the batcher's budget: the per-split heads spans.
+        return forward_kind<detail::labels_at_heads_kind>(
+            std::move(p), split_lengths, heads_bytes(lists),
+            [&](const auto& seq) { return inner_.forward_heads(seq, span_of(lists), m); });
     }
 
     /// Convenience: heads backprop from owning per-split `[n, o]` arrays.
     template <class Grads>
     static tracked_vector<seq_view<const T>> head_grad_views(const Grads& dY)
     {
-        tracked_vector<seq_view<const T>> v;
-        v.reserve(detail::range_size(dY));
-        std::size_t k = 0;
-        for (const auto& g : dY) {
-            if (g.dimension() != 2) {
-                throw shape_error(detail::msg("split gradient ", k, ": expected [n, o], got ", g.dimension(),
-                                              " dimensions"));
-            }
-            v.push_back(as_const_view(g));
-            ++k;
-        }
-        return v;
+        return kind_grad_views<detail::labels_at_heads_kind>(dY);
     }
 
     /// Convenience: backprop from owning per-split gradient arrays (e.g. a
@@ -314,12 +267,21 @@ public:
     template <class Grads>
     static tracked_vector<score_view<const T>> grad_views(const Grads& dY)
     {
-        tracked_vector<score_view<const T>> v;
+        return kind_grad_views<detail::full_scores_kind>(dY);
+    }
+
+private:
+    // Views of owning per-split gradient arrays of an output kind; a bad one
+    // throws shape_error naming its split.
+    template <class Kind, class Grads>
+    static tracked_vector<typename Kind::template view<const T>> kind_grad_views(const Grads& dY)
+    {
+        tracked_vector<typename Kind::template view<const T>> v;
         v.reserve(detail::range_size(dY));
         std::size_t k = 0;
         for (const auto& g : dY) {
             try {
-                v.push_back(as_score_view(g));
+                v.push_back(Kind::const_view_of(g));
             } catch (const shape_error& e) {
                 throw shape_error(detail::msg("split gradient ", k, ": ", e.what()));
             }
@@ -328,7 +290,6 @@ public:
         return v;
     }
 
-private:
     // Document views, flattened split lengths and each document's first split.
     struct prepared {
         tracked_vector<seq_view<const T>> docs;
@@ -344,6 +305,46 @@ private:
             return static_cast<std::size_t>(std::upper_bound(first.begin(), first.end(), k) - first.begin()) - 1;
         }
     };
+
+    // One training forward of an output kind (detail/output_kind.hpp):
+    // `call(seq)` runs the inner layer's forward of that kind on the split
+    // sequence; `extra` is what the call keeps besides what every forward
+    // keeps (the flat lengths and, in backprop, one dX view per split), paid
+    // out of the batcher's budget. The callback checks the per-split
+    // gradients and returns per-document dX.
+    template <class Kind, class Lengths, class Call>
+    auto forward_kind(prepared p, const Lengths& split_lengths, std::uint64_t extra, Call&& call)
+    {
+        using grad = typename Kind::template view<const T>;
+        const std::uint64_t kept = detail::checked_add(
+            extra,
+            detail::checked_mul(p.first.back(), sizeof(std::size_t) + sizeof(seq_view<T>), "with_splits bookkeeping"),
+            "with_splits bookkeeping");
+        auto [Y, inner_bp] = call(p.sequence(split_lengths, kept));
+        const std::size_t n_in = inner_.n_in(), o = inner_.labels();
+        // Training keeps the flat lengths for backward (the caller's may be gone).
+        tracked_vector<std::size_t> lengths = flat_lengths(p, split_lengths);
+        backprop_fn<doc_grads(span<const grad>)> bp([p = std::move(p), lengths = std::move(lengths),
+                                                     inner_bp = std::move(inner_bp), n_in,
+                                                     o](span<const grad> dY) mutable {
+            const std::size_t n_splits = lengths.size();
+            if (dY.size() != n_splits) {
+                throw shape_error(detail::msg("with_splits backprop: expected ", n_splits, " split gradients, got ",
+                                              dY.size()));
+            }
+            for (std::size_t k = 0; k < n_splits; ++k) {
+                if constexpr (Kind::heads) {
+                    detail::check_head_grad("with_splits backprop", k, dY[k], lengths[k], o);
+                } else {
+                    detail::check_score_grad("with_splits backprop", k, dY[k], lengths[k], o, p.document_of(k));
+                }
+            }
+            return backprop_documents(p, lengths, n_in, [&](span<const seq_view<T>> slots) { inner_bp(dY, slots); });
+        });
+        return std::make_pair(std::move(Y), std::move(bp));
+    }
+
+private:
 
     template <class Lengths>
     static tracked_vector<std::size_t> flat_lengths(const prepared& p, const Lengths& split_lengths)

@@ -10,6 +10,7 @@
 
 #include "biaffine/detail/checked.hpp"
 #include "biaffine/detail/compute/backend.hpp"
+#include "biaffine/detail/output_kind.hpp"
 #include "biaffine/scorer.hpp"
 #include "biaffine/workspace.hpp"
 
@@ -18,62 +19,82 @@ BIAFFINE_NAMESPACE_BEGIN
 template <class T>
 batch_cost biaffine_scorer<T>::cost(std::size_t count, std::size_t max_len, mode m) const
 {
+    return kind_cost<detail::full_scores_kind>(count, max_len, m);
+}
+
+// The cost of a batch for one output kind (detail/output_kind.hpp): full
+// scores hold T a group of splits at a time in inference and give the
+// backend a packed block for a split's products; labels at given heads hold
+// T for every row and the packed row of each token's head.
+template <class T>
+template <class Kind>
+batch_cost biaffine_scorer<T>::kind_cost(std::size_t count, std::size_t max_len, mode m) const
+{
     using detail::checked_add;
     using detail::checked_mul;
     using detail::scratch_bytes;
-    const std::uint64_t rows = checked_mul(count, max_len, "batch cost");
-    const std::uint64_t o = cfg_.labels;
+    const char* what = "batch cost";
+    const std::uint64_t rows = checked_mul(count, max_len, what);
+    const std::size_t o = cfg_.labels;
     batch_cost c;
-    c.outputs =
-        detail::checked_product("batch cost", checked_mul(max_len, max_len, "batch cost"), o, count, sizeof(T));
-    const std::uint64_t xp = scratch_bytes<T>(checked_mul(rows, cfg_.n_in, "batch cost"));
+    c.outputs = detail::checked_product(what, Kind::elements(max_len, o, what), count, sizeof(T));
+    const std::uint64_t xp = scratch_bytes<T>(checked_mul(rows, cfg_.n_in, what));
     // X is gathered (inference and both training passes) only where the
     // backend cannot read the splits in place.
     const std::uint64_t input = detail::compute_backend<T>::reads_items ? 0 : xp;
-    const std::uint64_t u = scratch_bytes<T>(checked_mul(rows, hu(), "batch cost"));
-    const std::uint64_t v = scratch_bytes<T>(checked_mul(rows, hv(), "batch cost"));
-    const std::uint64_t t = scratch_bytes<T>(detail::checked_product("batch cost", rows, o, hv()));
-    // Inference holds T for a group of splits at a time where the backend groups.
-    const std::uint64_t eval_t = scratch_bytes<T>(detail::checked_product(
-        "batch cost", eval_t_rows(detail::to_index_size(rows, "batch cost"), max_len), o, hv()));
-    const std::uint64_t offsets = scratch_bytes<std::size_t>(checked_add(count, 1, "batch cost"));
-    // One split's scores (max_len^2 * o): predict_stream's buffer, or in
-    // training one split's dS (and its recomputed scores).
-    const std::uint64_t one = scratch_bytes<T>(detail::checked_product("batch cost", max_len, max_len, o));
-    const std::uint64_t uvt = checked_add(checked_add(u, v, "batch cost"), t, "batch cost");
+    const std::uint64_t u = scratch_bytes<T>(checked_mul(rows, hu(), what));
+    const std::uint64_t v = scratch_bytes<T>(checked_mul(rows, hv(), what));
+    const std::uint64_t t = scratch_bytes<T>(detail::checked_product(what, rows, o, hv()));
+    const std::uint64_t uvt = checked_add(checked_add(u, v, what), t, what);
+    const std::uint64_t offsets = scratch_bytes<std::size_t>(checked_add(count, 1, what));
+    // The packed row of each token's head (labels at given heads).
+    const std::uint64_t head_rows = Kind::heads ? checked_mul(rows, sizeof(std::size_t), what) : 0;
+    // The longest split a backend product sees (labels at heads: none).
+    const std::size_t split_len = Kind::heads ? 0 : max_len;
+    // One split's output: predict_stream's buffer, or in training one
+    // split's dS (and its recomputed output).
+    const std::uint64_t one = scratch_bytes<T>(Kind::elements(max_len, o, what));
     if (m == mode::eval) {
-        // The backend's packed block beside X (when gathered), U, V, T.
-        const std::uint64_t packed = scratch_bytes<T>(packed_elements(max_len));
-        const std::uint64_t uv_t = checked_add(checked_add(u, v, "batch cost"), eval_t, "batch cost");
-        c.scratch = checked_add(checked_add(checked_add(offsets, input, "batch cost"),
-                                            checked_add(one, packed, "batch cost"), "batch cost"),
-                                uv_t, "batch cost");
+        // Offsets, head rows, X (when gathered), U, V, T (full scores: a
+        // group of splits where the backend groups), the stream buffer and
+        // the backend's packed block.
+        const std::uint64_t eval_t =
+            Kind::heads ? t
+                        : scratch_bytes<T>(detail::checked_product(
+                              what, eval_t_rows(detail::to_index_size(rows, what), max_len), o, hv()));
+        const std::uint64_t packed = scratch_bytes<T>(packed_elements(split_len));
+        const std::uint64_t uv_t = checked_add(checked_add(u, v, what), eval_t, what);
+        c.scratch = checked_add(
+            checked_add(checked_add(offsets, scratch_bytes<std::size_t>(head_rows / sizeof(std::size_t)), what),
+                        checked_add(input, one, what), what),
+            checked_add(packed, uv_t, what), what);
         return c;
     }
-    // Train: the split views and offsets stay for backward, and unless
-    // recomputing, U, V, T and the softmax outputs too. Backward carves dT,
-    // dV, dU, one split's dS (softmax), X (gathered, unless the backend
-    // reads the splits in place) and the backend's packed block (and
-    // when recomputing U, V, T and one split's scores again). The forward
-    // carves X (unless the backend reads the splits in place) and a packed
-    // block no larger (train_packed_elements bounds
-    // both), plus U, V, T when recomputing: never more than backward.
-    // Training on logits (no softmax) has no dS, no recomputed scores and
-    // keeps no copy of the outputs.
+    // Train: the split views, offsets (and head rows) stay for backward, and
+    // unless recomputing, U, V, T and the softmax outputs too. Backward
+    // carves dT, dV, dU, one split's dS (softmax), X (gathered, unless the
+    // backend reads the splits in place) and the backend's packed block
+    // (and when recomputing U, V, T and one split's output again). The
+    // forward carves X (unless the backend reads the splits in place) and a
+    // packed block no larger (train_packed_elements bounds both), plus U, V,
+    // T when recomputing: never more than backward. Training on logits (no
+    // softmax) has no dS, no recomputed outputs and keeps no copy of them.
     const bool softmax = softmax_in(m);
     const std::uint64_t one_ds = softmax ? one : 0;
-    const std::uint64_t views = checked_mul(count, sizeof(seq_view<const T>) + sizeof(std::size_t), "batch cost");
-    const std::uint64_t packed =
-        scratch_bytes<T>(train_packed_elements(max_len, detail::to_index_size(rows, "batch cost")));
+    const std::uint64_t views = checked_add(
+        checked_mul(count, sizeof(seq_view<const T>) + sizeof(std::size_t), what), head_rows, what);
+    const std::uint64_t packed = scratch_bytes<T>(train_packed_elements(split_len, detail::to_index_size(rows, what)));
+    // Full scores' backward also counts the offsets (as it always has: an
+    // upper bound the tests hold it to).
     const std::uint64_t backward =
-        checked_add(checked_add(checked_add(uvt, one_ds, "batch cost"), checked_add(input, offsets, "batch cost"),
-                                "batch cost"),
-                    packed, "batch cost");
+        checked_add(checked_add(checked_add(uvt, one_ds, what), checked_add(input, Kind::heads ? 0 : offsets, what),
+                                what),
+                    packed, what);
     if (cfg_.recompute_in_backward) {
         c.saved = views;
-        c.scratch = checked_add(backward, checked_add(uvt, one_ds, "batch cost"), "batch cost");
+        c.scratch = checked_add(backward, checked_add(uvt, one_ds, what), what);
     } else {
-        c.saved = checked_add(checked_add(uvt, softmax ? c.outputs : 0, "batch cost"), views, "batch cost");
+        c.saved = checked_add(checked_add(uvt, softmax ? c.outputs : 0, what), views, what);
         c.scratch = backward;
     }
     return c;

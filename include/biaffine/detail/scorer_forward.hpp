@@ -2,9 +2,10 @@
 // split lists: project the splits (gathered into packed rows first unless
 // the backend reads them in place), T = U W' (a group of splits at a time
 // where the backend groups), one score block per split; backward the same
-// in reverse. Each product is
-// the compute backend's (detail/compute/backend.hpp); what is here is the
-// order of operations, dropout, the softmax and what is kept for backward.
+// in reverse. One path for every output kind (full scores, labels at given
+// heads: detail/output_kind.hpp). Each product is the compute backend's
+// (detail/compute/backend.hpp); what is here is the order of operations,
+// dropout, the softmax and what is kept for backward.
 #pragma once
 
 #include "biaffine/abi.hpp"
@@ -18,7 +19,7 @@
 #include "biaffine/detail/checked.hpp"
 #include "biaffine/detail/compute/backend.hpp"
 #include "biaffine/detail/eigen.hpp"
-#include "biaffine/detail/softmax.hpp"
+#include "biaffine/detail/output_kind.hpp"
 #include "biaffine/errors.hpp"
 #include "biaffine/scorer.hpp"
 #include "biaffine/tensor.hpp"
@@ -26,38 +27,6 @@
 
 BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
-
-// In-place softmax of one split's scores over the last axis: heads when there
-// is one label, labels otherwise.
-template <class T>
-void softmax_last_axis(score_view<T> s)
-{
-    const std::size_t group = s.labels == 1 ? s.n : s.labels;
-    const std::size_t groups_per_row = s.labels == 1 ? 1 : s.n;
-    for (std::size_t m = 0; m < s.n; ++m) {
-        T* row = s.data + static_cast<std::ptrdiff_t>(m) * s.row_stride;
-        for (std::size_t g = 0; g < groups_per_row; ++g) softmax_group(row + g * group, group);
-    }
-}
-
-// dS = Y * (dY - sum(dY * Y)) over the softmax axis, into `ds` (dense).
-template <class T>
-void softmax_backward(score_view<const T> y, score_view<const T> dy, score_view<T> ds)
-{
-    const std::size_t group = y.labels == 1 ? y.n : y.labels;
-    const std::size_t groups_per_row = y.labels == 1 ? 1 : y.n;
-    for (std::size_t m = 0; m < y.n; ++m) {
-        const T* yr = y.data + static_cast<std::ptrdiff_t>(m) * y.row_stride;
-        const T* dyr = dy.data + static_cast<std::ptrdiff_t>(m) * dy.row_stride;
-        T* dsr = ds.data + static_cast<std::ptrdiff_t>(m) * ds.row_stride;
-        for (std::size_t g = 0; g < groups_per_row; ++g) {
-            using array = Eigen::Array<T, Eigen::Dynamic, 1>;
-            const auto len = static_cast<Eigen::Index>(group);
-            const Eigen::Map<const array> yg(yr + g * group, len), dyg(dyr + g * group, len);
-            Eigen::Map<array>(dsr + g * group, len) = yg * (dyg - (yg * dyg).sum());
-        }
-    }
-}
 
 // Asks for `count` elements from `p` on to be brought into cache: a later
 // split's rows of V while this one is scored (the projections wrote them
@@ -108,8 +77,9 @@ score_list<T> biaffine_scorer<T>::predict(const Items& X) const
     score_list<T> Y;
     Y.reserve(X.size());
     for (std::size_t k = 0; k < X.size(); ++k) Y.push_back(new_scores(X[k].rows));
-    predict_into(X, [&](std::size_t k, std::size_t) { return detail::dense_scores<T>(Y[k]); },
-                 [](std::size_t, score_view<T>) {});
+    predict_into<detail::full_scores_kind>(X, detail::no_heads{},
+                                           [&](std::size_t k, std::size_t) { return detail::dense_scores<T>(Y[k]); },
+                                           [](std::size_t, score_view<T>) {});
     return Y;
 }
 
@@ -121,8 +91,8 @@ void biaffine_scorer<T>::predict_stream(const Items& X, Sink&& sink) const
     for (std::size_t k = 0; k < X.size(); ++k) max_n = std::max(max_n, X[k].rows);
     const std::size_t o = cfg_.labels;
     scratch<T> s(detail::to_index_size(detail::checked_product("stream", max_n, max_n, o), "stream"));
-    predict_into(
-        X, [&](std::size_t, std::size_t n) { return score_view<T>{s.data(), n, o, static_cast<std::ptrdiff_t>(n * o)}; },
+    predict_into<detail::full_scores_kind>(
+        X, detail::no_heads{}, [&](std::size_t, std::size_t n) { return score_view<T>{s.data(), n, o, static_cast<std::ptrdiff_t>(n * o)}; },
         [&](std::size_t k, score_view<T> y) { sink(k, score_view<const T>{y.data, y.n, y.labels, y.row_stride}); });
 }
 
@@ -134,7 +104,7 @@ std::pair<score_list<T>, typename biaffine_scorer<T>::backprop_type> biaffine_sc
     score_list<T> Y;
     Y.reserve(X.size());
     for (std::size_t k = 0; k < X.size(); ++k) Y.push_back(new_scores(X[k].rows));
-    backprop_type bp = forward_into(X, m, [&](std::size_t k, std::size_t) { return detail::dense_scores<T>(Y[k]); });
+    backprop_type bp = forward_into<detail::full_scores_kind>(X, detail::no_heads{}, m, [&](std::size_t k, std::size_t) { return detail::dense_scores<T>(Y[k]); });
     return {std::move(Y), std::move(bp)};
 }
 
@@ -248,88 +218,175 @@ std::size_t biaffine_scorer<T>::eval_t_rows(std::size_t N, std::size_t max_len) 
     return detail::t_group_rows(detail::compute_backend<T>::score_group_rows(dims()), N, max_len);
 }
 
-// Inference: the activations in scratch, T a group of splits at a time (the
-// backend's bilinear_scores), then each split's scores into `dest(k, n)` and
-// `done(k, scores)` called once they are there.
+// The splits' outputs of one kind from the packed activations: full scores
+// take T a group of splits at a time (the backend's bilinear_scores, T kept
+// for every row when `keep_t`), labels at given heads take T for every row
+// first (they read it at the heads, anywhere in the batch). Split k's output
+// goes into `dest(k, n)`, then `each(k, y)`.
 template <class T>
-template <class Items, class Dest, class Done>
-void biaffine_scorer<T>::predict_into(const Items& X, Dest&& dest, Done&& done) const
+template <class Kind, class Dest, class Each>
+void biaffine_scorer<T>::score_batch(const T* u, const T* v, const std::size_t* off, std::size_t count,
+                                     const std::size_t* head_rows, T* t, bool keep_t, T* packed, Dest&& dest,
+                                     Each&& each) const
 {
     using backend = detail::compute_backend<T>;
+    const std::size_t o = cfg_.labels;
+    if constexpr (Kind::heads) {
+        const std::size_t N = off[count];
+        if (N != 0) backend::bilinear_left(dims(), w_.data(), u, N, t, packed);
+        for (std::size_t k = 0; k < count; ++k) {
+            const std::size_t n = off[k + 1] - off[k];
+            seq_view<T> y = dest(k, n);
+            if (n != 0) {
+                backend::head_scores(detail::const_row_block(v + off[k] * hv(), n, hv()), t, head_rows + off[k], o, y);
+            }
+            each(k, y);
+        }
+    } else {
+        (void)head_rows;
+        score_splits(u, off, count, t, keep_t, packed, [&](std::size_t k, const T* t_rows, T* rest) {
+            const std::size_t n = off[k + 1] - off[k];
+            detail::prefetch_ahead(k, count, [&](std::size_t j) {
+                detail::prefetch_rows(v + off[j] * hv(), (off[j + 1] - off[j]) * hv());
+            });
+            score_view<T> s = dest(k, n);
+            backend::split_scores(detail::const_row_block(v + off[k] * hv(), n, hv()), t_rows, o, s, rest);
+            each(k, s);
+        });
+    }
+}
+
+// Split k's output of a kind again, from T for every row (backward's
+// recompute), and its backward: dV rows of the split, dT (at the split's
+// rows, or accumulated at the heads).
+template <class T>
+template <class Kind>
+void biaffine_scorer<T>::split_output(const saved_batch& sb, std::size_t k, const T* v, const T* t,
+                                      typename Kind::template view<T> y, T* packed) const
+{
+    using backend = detail::compute_backend<T>;
+    const std::size_t n = sb.off[k + 1] - sb.off[k], o = cfg_.labels;
+    const auto va = detail::const_row_block(v + sb.off[k] * hv(), n, hv());
+    if constexpr (Kind::heads) {
+        (void)packed;
+        backend::head_scores(va, t, sb.head_rows.data() + sb.off[k], o, y);
+    } else {
+        backend::split_scores(va, t + sb.off[k] * o * hv(), o, y, packed);
+    }
+}
+
+template <class T>
+template <class Kind>
+void biaffine_scorer<T>::split_output_backward(const saved_batch& sb, std::size_t k, const T* v, const T* t,
+                                               typename Kind::template view<const T> g, T* dv, T* dt,
+                                               T* packed) const
+{
+    using backend = detail::compute_backend<T>;
+    const std::size_t n = sb.off[k + 1] - sb.off[k], o = cfg_.labels;
+    const auto va = detail::const_row_block(v + sb.off[k] * hv(), n, hv());
+    const auto dva = detail::row_block(dv + sb.off[k] * hv(), n, hv());
+    if constexpr (Kind::heads) {
+        (void)packed;
+        backend::head_scores_backward(va, t, sb.head_rows.data() + sb.off[k], o, g, dva, dt);
+    } else {
+        backend::split_scores_backward(va, t + sb.off[k] * o * hv(), o, g, dva, dt + sb.off[k] * o * hv(), packed);
+    }
+}
+
+// Inference of one output kind: the activations in scratch, then each
+// split's output into `dest(k, n)` and `done(k, y)` called once it is there.
+template <class T>
+template <class Kind, class Items, class Heads, class Dest, class Done>
+void biaffine_scorer<T>::predict_into(const Items& X, const Heads& H, Dest&& dest, Done&& done) const
+{
     check_items(X);
+    detail::check_kind_heads<Kind>("scorer", X, H);
     const std::size_t count = X.size(), o = cfg_.labels;
     scratch<std::size_t> off(count + 1);
     const std::size_t N = fill_offsets(X, off.data());
     const std::size_t max_n = detail::max_split_rows(off.data(), count);
+    scratch<std::size_t> rows(Kind::heads ? N : 0);
+    if constexpr (Kind::heads) fill_head_rows(X, H, off.data(), rows.data());
     scratch<T> u(detail::packed_count<T>("packed U", N, hu()));
     scratch<T> v(detail::packed_count<T>("packed V", N, hv()));
-    scratch<T> t(detail::packed_count<T>("packed T", eval_t_rows(N, max_n), o, hv()));
-    scratch<T> packed(packed_elements(max_n));
+    scratch<T> t(detail::packed_count<T>("packed T", Kind::heads ? N : eval_t_rows(N, max_n), o, hv()));
+    scratch<T> packed(packed_elements(Kind::heads ? 0 : max_n));
     project_activations(X, off.data(), N, false, 0, u.data(), v.data(), packed.data());
-    const T* va = v.data();
-    score_splits(u.data(), off.data(), count, t.data(), false, packed.data(),
-                 [&](std::size_t k, const T* t_rows, T* rest) {
-                     const std::size_t n = off[k + 1] - off[k];
-                     detail::prefetch_ahead(k, count, [&](std::size_t j) {
-                         detail::prefetch_rows(va + off[j] * hv(), (off[j + 1] - off[j]) * hv());
-                     });
-                     score_view<T> s = dest(k, n);
-                     backend::split_scores(detail::const_row_block(va + off[k] * hv(), n, hv()), t_rows, o, s, rest);
-                     done(k, s);
-                 });
+    score_batch<Kind>(u.data(), v.data(), off.data(), count, rows.data(), t.data(), false, packed.data(), dest,
+                      done);
 }
 
+// Training (or eval-mode) forward of one output kind: what backward needs
+// goes into the saved batch that moves into the callback.
 template <class T>
-template <class Items, class Dest>
-typename biaffine_scorer<T>::backprop_type biaffine_scorer<T>::forward_into(const Items& X, mode m, Dest&& dest)
+template <class Kind, class Items, class Heads, class Dest>
+typename biaffine_scorer<T>::template kind_backprop<Kind> biaffine_scorer<T>::forward_into(const Items& X,
+                                                                                         const Heads& H, mode m,
+                                                                                         Dest&& dest)
 {
-    using backend = detail::compute_backend<T>;
     check_items(X);
+    // Checked before the dropout seed is drawn: a bad call changes nothing.
+    detail::check_kind_heads<Kind>("scorer", X, H);
     ensure_gradients();  // the callback accumulates into them
     const std::size_t count = X.size(), o = cfg_.labels;
     saved_batch sb;
     begin_saved(X, m, sb);
     const std::size_t N = sb.off[count];
-    const bool keep = sb.kept;
-    const bool keep_y = sb.softmax && keep;
+    if constexpr (Kind::heads) {
+        sb.head_rows.resize(N);
+        fill_head_rows(X, H, sb.off.data(), sb.head_rows.data());
+    }
+    const bool keep_y = sb.softmax && sb.kept;
+    std::size_t ys = 0;
     if (keep_y) {
-        sb.y_off.resize(count + 1);
-        std::uint64_t total = 0;
-        for (std::size_t k = 0; k < count; ++k) {
-            sb.y_off[k] = static_cast<std::size_t>(total);
-            const std::size_t n = sb.off[k + 1] - sb.off[k];
-            total = detail::checked_add(total, detail::checked_product("saved scores", n, n, o), "saved scores");
+        if constexpr (Kind::heads) {
+            ys = detail::packed_count<T>("saved labels", N, o);  // split k's at off[k] * o
+        } else {
+            sb.y_off.resize(count + 1);
+            std::uint64_t total = 0;
+            for (std::size_t k = 0; k < count; ++k) {
+                sb.y_off[k] = static_cast<std::size_t>(total);
+                total = detail::checked_add(total, Kind::elements(sb.off[k + 1] - sb.off[k], o, "saved scores"),
+                                            "saved scores");
+            }
+            sb.y_off[count] = ys = detail::packed_count<T>("saved scores", total);
         }
-        sb.y_off[count] = detail::packed_count<T>("saved scores", total);
     }
     // Kept activations (and outputs) are one block that moves into the
     // callback; recomputed ones are workspace scratch that dies with this call.
-    activations<saved_batch> act(*this, sb, keep_y ? sb.y_off[count] : 0);
-    T *u = act.u, *v = act.v, *t = act.t;
-    scratch<T> packed(packed_elements(detail::max_split_rows(sb.off.data(), count)));
-    project_activations(X, sb.off.data(), N, sb.drop, sb.seed, u, v, packed.data());
-    // T for every row (backward reads it), written a group at a time.
-    score_splits(u, sb.off.data(), count, t, true, packed.data(), [&](std::size_t k, const T* t_rows, T* rest) {
-        const std::size_t n = sb.off[k + 1] - sb.off[k];
-        detail::prefetch_ahead(k, count, [&](std::size_t j) {
-            detail::prefetch_rows(v + sb.off[j] * hv(), (sb.off[j + 1] - sb.off[j]) * hv());
+    activations<saved_batch> act(*this, sb, ys);
+    scratch<T> packed(packed_elements(Kind::heads ? 0 : detail::max_split_rows(sb.off.data(), count)));
+    project_activations(X, sb.off.data(), N, sb.drop, sb.seed, act.u, act.v, packed.data());
+    score_batch<Kind>(act.u, act.v, sb.off.data(), count, sb.head_rows.data(), act.t, true, packed.data(), dest,
+                      [&](std::size_t k, typename Kind::template view<T> y) {
+                          if (sb.softmax) Kind::softmax(y);
+                          if (keep_y) Kind::copy(Kind::read_only(y), sb.ys + kept_output_offset<Kind>(sb, k));
+                      });
+    return kind_backprop<Kind>(
+        [this, sb = std::move(sb)](span<const typename Kind::template view<const T>> dY, span<const seq_view<T>> dX) {
+            backward<Kind>(sb, dY, dX);
         });
-        score_view<T> s = dest(k, n);
-        backend::split_scores(detail::const_row_block(v + sb.off[k] * hv(), n, hv()), t_rows, o, s, rest);
-        if (sb.softmax) detail::softmax_last_axis(s);
-        if (keep_y) detail::row_block(sb.ys + sb.y_off[k], n, n * o) = s.map();
-    });
-    return backprop_type([this, sb = std::move(sb)](span<const score_view<const T>> dY,
-                                                    span<const seq_view<T>> dX) { backward(sb, dY, dX); });
+}
+
+// Where split k's kept softmax outputs start in the saved block.
+template <class T>
+template <class Kind>
+std::size_t biaffine_scorer<T>::kept_output_offset(const saved_batch& sb, std::size_t k) const noexcept
+{
+    if constexpr (Kind::heads) {
+        return sb.off[k] * cfg_.labels;
+    } else {
+        return sb.y_off[k];
+    }
 }
 
 template <class T>
-void biaffine_scorer<T>::backward(const saved_batch& sb, span<const score_view<const T>> dY,
+template <class Kind>
+void biaffine_scorer<T>::backward(const saved_batch& sb, span<const typename Kind::template view<const T>> dY,
                                   span<const seq_view<T>> dX)
 {
-    using backend = detail::compute_backend<T>;
     const std::size_t count = sb.views.size(), o = cfg_.labels;
-    check_backward_args(sb, dY, dX, "score", [](auto&&... a) { detail::check_score_grad<T>(a...); });
+    check_backward_args(sb, dY, dX, Kind::grad_name, [](auto&&... a) { Kind::template check_grad<T>(a...); });
     const std::size_t N = sb.off[count];
     const std::size_t* off = sb.off.data();
     const std::size_t max_n = detail::max_split_rows(off, count);
@@ -337,43 +394,44 @@ void biaffine_scorer<T>::backward(const saved_batch& sb, span<const score_view<c
     const std::size_t n_u = detail::packed_count<T>("packed U", N, hu());
     const std::size_t n_v = detail::packed_count<T>("packed V", N, hv());
     const std::size_t n_t = detail::packed_count<T>("packed T", N, o, hv());
-    const std::size_t n_s = detail::packed_count<T>("split scores", max_n, max_n, o);
+    const std::size_t n_y = detail::packed_count<T>(Kind::output_name, Kind::elements(max_n, o, Kind::output_name));
     // Recomputed activations (recompute_in_backward) live in scratch.
     activations<const saved_batch> act(*this, sb);
-    scratch<T> y_tmp(keep || !sb.softmax ? 0 : n_s);
-    scratch<T> packed(train_packed_elements(max_n, N));
+    scratch<T> y_tmp(keep || !sb.softmax ? 0 : n_y);
+    scratch<T> packed(train_packed_elements(Kind::heads ? 0 : max_n, N));
     act.recompute(*this, sb, packed.data());
     const T *u = act.u, *v = act.v, *t = act.t;
     scratch<T> dt(n_t);
     scratch<T> dv(n_v);
     scratch<T> du(n_u);
-    scratch<T> ds(sb.softmax ? n_s : 0);
+    scratch<T> ds(sb.softmax ? n_y : 0);
+    // Several dependents may share a head: dT accumulates.
+    if (Kind::heads && N != 0) detail::row_block(dt.data(), N, o * hv()).setZero();
     for (std::size_t k = 0; k < count; ++k) {
         const std::size_t n = sb.views[k].rows;
-        // A later split's operands, while this one computes: they come from
-        // memory (kept since the forward, or the caller's), and the loop
-        // took 7% less time with the next one's prefetched (100k tokens, o =
-        // 1, AMD EPYC Zen 5, three alternated runs); see
-        // BIAFFINE_PREFETCH_SPLITS_AHEAD for the distance.
-        detail::prefetch_ahead(k, count, [&](std::size_t j) { prefetch_split(sb, dY[j], j, v, t); });
-        const auto va = detail::const_row_block(v + off[k] * hv(), n, hv());
-        const T* t_rows = t + off[k] * o * hv();
-        score_view<const T> g = dY[k];
-        if (sb.softmax) {
-            const auto dense = static_cast<std::ptrdiff_t>(n * o);
-            score_view<const T> y{keep ? sb.ys + sb.y_off[k] : nullptr, n, o, dense};
-            if (!keep) {
-                score_view<T> yt{y_tmp.data(), n, o, dense};
-                backend::split_scores(va, t_rows, o, yt, packed.data());
-                detail::softmax_last_axis(yt);
-                y = {yt.data, n, o, dense};
-            }
-            score_view<T> d{ds.data(), n, o, dense};
-            detail::softmax_backward<T>(y, g, d);
-            g = {d.data, n, o, dense};
+        if (Kind::heads && n == 0) continue;
+        if constexpr (!Kind::heads) {
+            // A later split's operands, while this one computes: they come
+            // from memory (kept since the forward, or the caller's), and the
+            // loop took 7% less time with the next one's prefetched (100k
+            // tokens, o = 1, AMD EPYC Zen 5, three alternated runs); see
+            // BIAFFINE_PREFETCH_SPLITS_AHEAD for the distance.
+            detail::prefetch_ahead(k, count, [&](std::size_t j) { prefetch_split(sb, dY[j], j, v, t); });
         }
-        backend::split_scores_backward(va, t_rows, o, g, detail::row_block(dv.data() + off[k] * hv(), n, hv()),
-                                       dt.data() + off[k] * o * hv(), packed.data());
+        typename Kind::template view<const T> g = dY[k];
+        if (sb.softmax) {
+            auto y = Kind::dense(keep ? sb.ys + kept_output_offset<Kind>(sb, k) : static_cast<const T*>(nullptr), n, o);
+            if (!keep) {
+                const auto yt = Kind::dense(y_tmp.data(), n, o);
+                split_output<Kind>(sb, k, v, t, yt, packed.data());
+                Kind::softmax(yt);
+                y = Kind::read_only(yt);
+            }
+            const auto d = Kind::dense(ds.data(), n, o);
+            Kind::template softmax_backward<T>(y, g, d);
+            g = Kind::read_only(d);
+        }
+        split_output_backward<Kind>(sb, k, v, t, g, dv.data(), dt.data(), packed.data());
     }
     backward_projections(sb, u, v, dt.data(), dv.data(), du.data(), dX, packed.data());
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "biaffine/detail/checked.hpp"
+#include "biaffine/detail/output_kind.hpp"
 #include "biaffine/errors.hpp"
 #include "biaffine/scorer.hpp"
 #include "biaffine/tensor.hpp"
@@ -23,13 +24,7 @@ template <class T>
 template <class X3, class Lengths>
 score_array<T> biaffine_scorer<T>::predict_padded(const X3& x, const Lengths& lengths) const
 {
-    const auto views = padded_views(x, lengths);
-    const std::size_t b = x.shape()[0], L = x.shape()[1], o = cfg_.labels;
-    score_array<T> y = score_array<T>::from_shape(padded_shape(b, L));
-    predict_into(views, [&](std::size_t k, std::size_t n) { return padded_scores(y.data(), k, n, L, o); },
-                 [](std::size_t, score_view<T>) {});
-    fill_padding(y, views, mode::eval);
-    return y;
+    return predict_padded_kind<detail::full_scores_kind>(padded_views(x, lengths), detail::no_heads{}, x.shape()[1]);
 }
 
 template <class T>
@@ -37,12 +32,49 @@ template <class X3, class Lengths>
 std::pair<score_array<T>, typename biaffine_scorer<T>::padded_backprop_type>
 biaffine_scorer<T>::forward_padded(const X3& x, const Lengths& lengths, mode m)
 {
-    auto views = padded_views(x, lengths);
-    const std::size_t b = x.shape()[0], L = x.shape()[1], o = cfg_.labels, n_in = cfg_.n_in;
-    score_array<T> y = score_array<T>::from_shape(padded_shape(b, L));
-    backprop_type inner =
-        forward_into(views, m, [&](std::size_t k, std::size_t n) { return padded_scores(y.data(), k, n, L, o); });
-    fill_padding(y, views, m);
+    return forward_padded_kind<detail::full_scores_kind>(padded_views(x, lengths), detail::no_heads{}, x.shape()[1],
+                                                         m);
+}
+
+// The padded output of a kind, `[b, L, L(, o)]` or `[b, L, o]`, padded cells
+// not yet filled (labels at heads: zeros from the start).
+template <class T>
+template <class Kind>
+score_array<T> biaffine_scorer<T>::new_padded(std::size_t b, std::size_t L) const
+{
+    if constexpr (Kind::heads) {
+        const std::size_t o = cfg_.labels;
+        detail::to_index_size(detail::checked_product("padded labels", b, L, o, sizeof(T)), "padded labels");
+        return xt::zeros<T>({b, L, o});
+    } else {
+        return score_array<T>::from_shape(padded_shape(b, L));
+    }
+}
+
+template <class T>
+template <class Kind, class Views, class Heads>
+score_array<T> biaffine_scorer<T>::predict_padded_kind(const Views& views, const Heads& H, std::size_t L) const
+{
+    const std::size_t b = views.size(), o = cfg_.labels;
+    score_array<T> y = new_padded<Kind>(b, L);
+    predict_into<Kind>(views, H, [&](std::size_t k, std::size_t n) { return Kind::padded(y.data(), k, n, L, o); },
+                       [](std::size_t, const auto&) {});
+    if constexpr (!Kind::heads) fill_padding(y, views, mode::eval);
+    return y;
+}
+
+// Padded forward of a kind: `([b, L, ...], backprop)`, `backprop(dy)` of the
+// output's shape -> `dx [b, L, n_in]` (zero at padded positions).
+template <class T>
+template <class Kind, class Views, class Heads>
+std::pair<score_array<T>, typename biaffine_scorer<T>::padded_backprop_type>
+biaffine_scorer<T>::forward_padded_kind(const Views& views, const Heads& H, std::size_t L, mode m)
+{
+    const std::size_t b = views.size(), o = cfg_.labels, n_in = cfg_.n_in;
+    score_array<T> y = new_padded<Kind>(b, L);
+    kind_backprop<Kind> inner =
+        forward_into<Kind>(views, H, m, [&](std::size_t k, std::size_t n) { return Kind::padded(y.data(), k, n, L, o); });
+    if constexpr (!Kind::heads) fill_padding(y, views, m);
     tracked_vector<std::size_t> lens(b);
     for (std::size_t k = 0; k < b; ++k) lens[k] = views[k].rows;
     auto shape = y.shape();
@@ -58,13 +90,13 @@ biaffine_scorer<T>::forward_padded(const X3& x, const Lengths& lengths, mode m)
         detail::to_index_size(detail::checked_product("padded input gradient", b, L, n_in, sizeof(T)),
                               "padded input gradient");
         tensor<T, 3> dx = xt::zeros<T>({b, L, n_in});
-        tracked_vector<score_view<const T>> dys(b);
+        tracked_vector<typename Kind::template view<const T>> dys(b);
         tracked_vector<seq_view<T>> dxs(b);
         for (std::size_t k = 0; k < b; ++k) {
-            dys[k] = padded_scores(dy.data(), k, lens[k], L, o);
+            dys[k] = Kind::padded(dy.data(), k, lens[k], L, o);
             dxs[k] = {dx.data() + k * L * n_in, lens[k], n_in, static_cast<std::ptrdiff_t>(n_in), 1};
         }
-        inner(span<const score_view<const T>>(dys.data(), b), span<const seq_view<T>>(dxs.data(), b));
+        inner(span<const typename Kind::template view<const T>>(dys.data(), b), span<const seq_view<T>>(dxs.data(), b));
         return dx;
     });
     return {std::move(y), std::move(bp)};
