@@ -33,11 +33,11 @@ def case_data(case, dtype, **kw):
     s = biaffine.biaffine_scorer(n_in, h, w.shape[0], bias_u=w.shape[1] == h + 1, bias_v=w.shape[2] == h + 1,
                                  dtype=dtype, **kw)
     s.load_npy(str(GOLDEN / case))
-    n_docs = int(load(case, "n_docs"))
+    n_docs = load(case, "n_docs").item()
     docs = [load(case, f"doc{d}").astype(dtype) for d in range(n_docs)]
     lengths = [load(case, f"doc{d}_split_lengths") for d in range(n_docs)]
     heads = [load(case, f"doc{d}_heads") for d in range(n_docs)]
-    n_splits = int(load(case, "n_splits"))
+    n_splits = load(case, "n_splits").item()
     return s, docs, lengths, heads, n_splits
 
 

@@ -26,7 +26,7 @@ def load(case, name):
 def golden_batch(case):
     """Both documents as one batch X [N, nI] with batch-wide heads, and the
     golden outputs / gradients concatenated in the same order."""
-    n_docs, n_splits = int(load(case, "n_docs")), int(load(case, "n_splits"))
+    n_docs, n_splits = load(case, "n_docs").item(), load(case, "n_splits").item()
     X, heads, off = [], [], 0
     for d in range(n_docs):
         doc, rel, split_off = load(case, f"doc{d}"), load(case, f"doc{d}_heads"), 0
