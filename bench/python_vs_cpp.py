@@ -26,7 +26,6 @@ any exceeds 5% (on a quiet machine; rerun on a loaded one).
 """
 import argparse
 import os
-import platform
 import statistics
 import sys
 import time
@@ -34,17 +33,6 @@ import time
 import numpy as np
 
 import biaffine
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def workload(rng, tokens, n_in):
@@ -157,7 +145,7 @@ def main(argv=None):
             cpp_times.extend(cpp())
         results.append((name, call, py_times, cpp_times))
 
-    print(f"CPU: {cpu_name()} ({os.cpu_count()} hardware threads; load average {os.getloadavg()[0]:.2f}); "
+    print(f"CPU: {biaffine.info()['cpu']['model']} ({os.cpu_count()} hardware threads; load average {os.getloadavg()[0]:.2f}); "
           f"numpy {np.__version__}; biaffine {biaffine.__version__}; {sys.executable}")
     print(f"workload: {args.tokens} tokens, {len(lengths[0])} splits (max length {max(lengths[0])}), "
           f"n_in 256, h 128, float32, budget 16 MiB, threads {args.threads}; "
