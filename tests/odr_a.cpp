@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -126,6 +127,19 @@ int check_inference(const char* type, double tol, std::string& log)
 int odr_a_check(std::string& log)
 {
     int failures = check_inference<float>("a/float", 1e-5, log) + check_inference<double>("a/double", 1e-12, log);
+    // CoNLL-U io is in the ABI namespace too: its error must derive from this
+    // unit's biaffine::error (a shared, unversioned conllu_error would take
+    // one unit's base for both).
+    std::istringstream truncated("1\ta\t_\tX\t_\t_\t0\troot\t_\t_\n");  // no blank line at the end
+    try {
+        biaffine::conllu::read(truncated, "odr.conllu");
+        log += "a: a CoNLL-U file without its final blank line was read\n";
+        ++failures;
+    } catch (const biaffine::error&) {
+    } catch (...) {
+        log += "a: conllu_error is not this unit's biaffine::error\n";
+        ++failures;
+    }
     if (biaffine::lazy_split(std::vector<double>{0, 1, 2, 3, 4}, 2) != std::vector<std::size_t>{2, 1, 1, 1}) {
         log += "a: lazy_split([0,1,2,3,4], 2) != [2,1,1,1]\n";
         ++failures;

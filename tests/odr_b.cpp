@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,19 @@ int check_training(const char* type, double tol, std::string& log)
 int odr_b_check(std::string& log)
 {
     int failures = check_training<float>("b/float", 1e-4, log) + check_training<double>("b/double", 1e-6, log);
+    // CoNLL-U io is in the ABI namespace too: its error must derive from this
+    // unit's biaffine::error (a shared, unversioned conllu_error would take
+    // one unit's base for both).
+    std::istringstream truncated("1\ta\t_\tX\t_\t_\t0\troot\t_\t_\n");  // no blank line at the end
+    try {
+        biaffine::conllu::read(truncated, "odr.conllu");
+        log += "b: a CoNLL-U file without its final blank line was read\n";
+        ++failures;
+    } catch (const biaffine::error&) {
+    } catch (...) {
+        log += "b: conllu_error is not this unit's biaffine::error\n";
+        ++failures;
+    }
     const double scores[] = {0, 9, 0, 0, 0, 9, 0, 9, 0};  // [3, 3]: 0 <- 1, 1 root, 2 <- 1
     if (biaffine::mst_heads(scores, 3, 3) != std::vector<std::size_t>{1, 1, 1}) {
         log += "b: mst_heads of a clear 3-token tree is wrong\n";

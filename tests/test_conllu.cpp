@@ -112,6 +112,14 @@ TEST_CASE("multiword tokens and empty nodes stay in place but are not words")
     CHECK(t[0].words[3].head == 0);
     CHECK_THROWS_AS(conllu::set_scorer_heads(t[0], {3, 3, 3}), conllu_error);
     CHECK_THROWS_AS(conllu::set_scorer_heads(t[0], {3, 3, 4, 3}), conllu_error);
+    // A rejected head list leaves every head as it was, not only those after the bad one.
+    CHECK_THROWS_AS(conllu::set_scorer_heads(t[0], {0, 0, 9, 0}), conllu_error);
+    CHECK(t[0].words[0].head == 4);
+    // Nothing read back is silently dropped on writing: an extra line past the
+    // words (or out of order) is an error, not a missing line.
+    auto u = s;
+    u[0].extras.push_back({7, "7.1\tx\t_\t_\t_\t_\t_\t_\t_\t_"});
+    CHECK_THROWS_WITH(render(u), Catch::Contains("(7.1) after word 7, out of order or past its 4 words"));
 }
 
 TEST_CASE("documents: by # newdoc when the file has any, else every N sentences")
@@ -150,6 +158,12 @@ TEST_CASE("malformed CoNLL-U names the file and the line")
     require_error(ok + "3-4\tab\t_\t_\t_\t_\t_\t_\t_\t_\n" + w("2", "b", "X", "1", "dep") + "\n", "snippet.conllu:2:",
                   "multiword token '3-4'");
     require_error(ok + "2.1\tb\t_\t_\t_\t_\t_\t_\t_\t_\n\n", "snippet.conllu:2:", "empty node '2.1'");
+    // A multiword token past the sentence's last word, and two that overlap.
+    require_error("1-3\tab\t_\t_\t_\t_\t_\t_\t_\t_\n" + ok + w("2", "b", "X", "1", "dep") + "\n", "snippet.conllu:1:",
+                  "multiword token ends at word 3 but the sentence has 2 words");
+    require_error("1-2\tab\t_\t_\t_\t_\t_\t_\t_\t_\n" + ok + "2-3\tbc\t_\t_\t_\t_\t_\t_\t_\t_\n" +
+                      w("2", "b", "X", "1", "dep") + w("3", "c", "X", "1", "dep") + "\n",
+                  "snippet.conllu:3:", "multiword token '2-3' overlaps the one before, which ends at word 2");
     require_error(ok + w("2", "b", "X", "1", "_") + "\n", "snippet.conllu:2:", "no relation");
     require_error("1\ta\t_\tX\t_\t_\t0\troot\t_\t_\r\n\r\n", "snippet.conllu:1:", "carriage return");
     CHECK_THROWS_WITH(conllu::read_file(sample_dir + "no-such-file.conllu"), Catch::Contains("no-such-file.conllu: cannot open"));

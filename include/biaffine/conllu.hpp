@@ -15,6 +15,7 @@
 // words only. Malformed input throws conllu_error with "file:line: what".
 #pragma once
 
+#include <biaffine/abi.hpp>
 #include <biaffine/errors.hpp>
 
 #include <cstddef>
@@ -26,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-namespace biaffine {
+BIAFFINE_NAMESPACE_BEGIN
 
 /// Malformed CoNLL-U; what() starts with "file:line: ".
 class conllu_error : public error {
@@ -115,6 +116,7 @@ inline std::vector<sentence> read(std::istream& in, const std::string& name)
     std::vector<std::string> cols;
     std::size_t lineno = 0;
     std::vector<std::size_t> word_lines;  // the current sentence's word lines, for head errors
+    std::vector<std::pair<std::size_t, std::size_t>> ranges;  // the multiword tokens' (line, last word)
     while (std::getline(in, line)) {
         ++lineno;
         if (!line.empty() && line.back() == '\r') detail::fail(name, lineno, "carriage return (CRLF line end); CoNLL-U lines end with LF");
@@ -125,9 +127,14 @@ inline std::vector<sentence> read(std::istream& in, const std::string& name)
                 if (cur.words[w].head > cur.words.size())
                     detail::fail(name, word_lines[w], "head " + std::to_string(cur.words[w].head) + " out of range: the sentence has " +
                                                           std::to_string(cur.words.size()) + " words");
+            for (const auto& [at, last] : ranges)
+                if (last > cur.words.size())
+                    detail::fail(name, at, "multiword token ends at word " + std::to_string(last) + " but the sentence has " +
+                                               std::to_string(cur.words.size()) + " words");
             out.push_back(std::move(cur));
             cur = sentence{};
             word_lines.clear();
+            ranges.clear();
             open = in_words = false;
             continue;
         }
@@ -156,6 +163,10 @@ inline std::vector<sentence> read(std::istream& in, const std::string& name)
             if (dash != std::string::npos && (a != n + 1 || b <= a))
                 detail::fail(name, lineno, "multiword token '" + id + "' must span " + std::to_string(n + 1) + "-k with k > " +
                                                std::to_string(n + 1));
+            if (dash != std::string::npos && !ranges.empty() && a <= ranges.back().second)
+                detail::fail(name, lineno, "multiword token '" + id + "' overlaps the one before, which ends at word " +
+                                               std::to_string(ranges.back().second));
+            if (dash != std::string::npos) ranges.emplace_back(lineno, b);
             if (dot != std::string::npos && (a != n || b == 0))
                 detail::fail(name, lineno, "empty node '" + id + "' must be numbered " + std::to_string(n) + ".k, k >= 1");
             cur.extras.push_back({n, line});
@@ -211,6 +222,11 @@ inline void write(std::ostream& out, const std::vector<sentence>& sentences)
             for (const std::string* f : {&w.deprel, &w.deps}) (buf += *f) += '\t';
             (buf += w.misc) += '\n';
         }
+        if (e != s.extras.size())
+            throw conllu_error("write: the sentence of line " + std::to_string(s.line) + " has a multiword or empty-node line (" +
+                               s.extras[e].text.substr(0, s.extras[e].text.find('\t')) + ") after word " +
+                               std::to_string(s.extras[e].after_words) + ", out of order or past its " +
+                               std::to_string(s.words.size()) + " words");
         buf += '\n';
         out.write(buf.data(), std::streamsize(buf.size()));
     }
@@ -255,12 +271,11 @@ inline void set_scorer_heads(sentence& s, const std::vector<std::size_t>& heads)
     if (heads.size() != s.words.size())
         throw conllu_error("set_scorer_heads: " + std::to_string(heads.size()) + " heads for a sentence of " +
                            std::to_string(s.words.size()) + " words (line " + std::to_string(s.line) + ")");
-    for (std::size_t m = 0; m < heads.size(); ++m) {
+    for (std::size_t m = 0; m < heads.size(); ++m)  // all checked first: an error leaves the sentence as it was
         if (heads[m] >= heads.size())
             throw conllu_error("set_scorer_heads: head " + std::to_string(heads[m]) + " out of range for word " +
                                std::to_string(m + 1) + " of " + std::to_string(heads.size()));
-        s.words[m].head = heads[m] == m ? 0 : heads[m] + 1;
-    }
+    for (std::size_t m = 0; m < heads.size(); ++m) s.words[m].head = heads[m] == m ? 0 : heads[m] + 1;
 }
 
 /// Attachment scores over words (multiword tokens and empty nodes are not
@@ -314,4 +329,4 @@ inline attachment_scores evaluate(const std::vector<sentence>& gold, const std::
 }
 
 }  // namespace conllu
-}  // namespace biaffine
+BIAFFINE_NAMESPACE_END

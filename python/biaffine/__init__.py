@@ -84,4 +84,4 @@ __all__ = [
     "pairwise_bilinear", "pairwise_bilinear_backward",
     "memory_stats", "reset_peak", "set_limit", "limit", "format_bytes", "memory_log", "memory_checkpoint",
 ]
-__all__ += ["info", "ISAError"]
+__all__ += ["info", "ISAError", "abi_tag"]

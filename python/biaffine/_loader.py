@@ -17,7 +17,9 @@ import sys
 
 ENV = "BIAFFINE_ISA"
 
-_AVX2 = ("avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe", "abm")
+# x86-64-v3 includes v2 (SSE4.2, POPCNT among it): a CPU model that masks
+# those but shows AVX2 would take SIGILL, not an ISAError, without them here.
+_AVX2 = ("sse4_2", "popcnt", "avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe", "abm")
 _AVX512 = _AVX2 + ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")
 # Each variant, narrowest first, and what it needs from the CPU (and its OS),
 # named as in /proc/cpuinfo. python/CMakeLists.txt has the matching flags:

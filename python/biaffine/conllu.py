@@ -77,6 +77,7 @@ def parse(text: str, name: str = "<string>") -> List[Sentence]:
     cur = Sentence()
     open_, in_words = False, False
     word_lines: List[int] = []
+    ranges: List[Tuple[int, int]] = []  # the multiword tokens' (line, last word)
     lines = text.split("\n")
     # "a\n" splits into ["a", ""]: the final "" is the end of the text, not a line.
     if lines and lines[-1] == "":
@@ -94,8 +95,11 @@ def parse(text: str, name: str = "<string>") -> List[Sentence]:
             for wl, w in zip(word_lines, cur.words):
                 if w.head > n:
                     fail(wl, f"head {w.head} out of range: the sentence has {n} words")
+            for at, last in ranges:
+                if last > n:
+                    fail(at, f"multiword token ends at word {last} but the sentence has {n} words")
             out.append(cur)
-            cur, open_, in_words, word_lines = Sentence(), False, False, []
+            cur, open_, in_words, word_lines, ranges = Sentence(), False, False, [], []
             continue
         if not open_:
             cur.line, open_ = lineno, True
@@ -118,6 +122,10 @@ def parse(text: str, name: str = "<string>") -> List[Sentence]:
                 fail(lineno, f"malformed id '{ident}'")
             if sep == "-" and (a != n + 1 or b <= a):
                 fail(lineno, f"multiword token '{ident}' must span {n + 1}-k with k > {n + 1}")
+            if sep == "-" and ranges and a <= ranges[-1][1]:
+                fail(lineno, f"multiword token '{ident}' overlaps the one before, which ends at word {ranges[-1][1]}")
+            if sep == "-":
+                ranges.append((lineno, b))
             if sep == "." and (a != n or b == 0):
                 fail(lineno, f"empty node '{ident}' must be numbered {n}.k, k >= 1")
             cur.extras.append((n, line))
@@ -167,6 +175,11 @@ def format_sentences(sentences: Iterable[Sentence]) -> str:
             w = s.words[i]
             buf.write("\t".join((str(i + 1), w.form, w.lemma, w.upos, w.xpos, w.feats, str(w.head), w.deprel,
                                  w.deps, w.misc)) + "\n")
+        if e != len(s.extras):
+            after, text = s.extras[e]
+            raise ConlluError(f"write: the sentence of line {s.line} has a multiword or empty-node line "
+                              f"({text.split(chr(9), 1)[0]}) after word {after}, out of order or past its "
+                              f"{len(s.words)} words")
         buf.write("\n")
     return buf.getvalue()
 

@@ -79,8 +79,10 @@ def build_pairwise_bilinear(
     ``nO`` is 1 (one arc score per head; None means 1). The scorer is the
     model's ref ``"pairwise_bilinear"``, as spaCy's."""
     _no_mixed_precision(PAIRWISE_NAME, mixed_precision, grad_scaler)
+    if nO not in (None, 1):  # the arc predicter takes one [N, L] matrix: one score per head
+        raise ValueError(f"{PAIRWISE_NAME}: nO must be 1 (or None), got {nO!r}")
     pairwise = _bt._scorer_model(
-        "pairwise_bilinear", _pairwise_forward, _pairwise_init, 1 if nO is None else nO, _nI_of(tok2vec),
+        "pairwise_bilinear", _pairwise_forward, _pairwise_init, 1, _nI_of(tok2vec),
         hidden_width=hidden_width, dropout=dropout, bias_u=True, bias_v=True, seed=0, dtype="float32",
         recompute_in_backward=False, train_outputs="probabilities", budget=_budget(budget_megabytes),
         threads=threads)

@@ -79,6 +79,10 @@ OK = w(1, "a", "X", 0, "root")
     ("# only a comment\n\n", ":2:", "sentence without words"),
     (OK + "3-4\tab\t_\t_\t_\t_\t_\t_\t_\t_\n" + w(2, "b", "X", 1, "dep") + "\n", ":2:", "multiword token '3-4'"),
     (OK + "2.1\tb\t_\t_\t_\t_\t_\t_\t_\t_\n\n", ":2:", "empty node '2.1'"),
+    ("1-3\tab\t_\t_\t_\t_\t_\t_\t_\t_\n" + OK + w(2, "b", "X", 1, "dep") + "\n", ":1:",
+     "multiword token ends at word 3 but the sentence has 2 words"),
+    ("1-2\tab\t_\t_\t_\t_\t_\t_\t_\t_\n" + OK + "2-3\tbc\t_\t_\t_\t_\t_\t_\t_\t_\n" + w(2, "b", "X", 1, "dep")
+     + w(3, "c", "X", 1, "dep") + "\n", ":3:", "multiword token '2-3' overlaps the one before, which ends at word 2"),
     (OK + w(2, "b", "X", 1, "_") + "\n", ":2:", "no relation"),
     ("1\ta\t_\tX\t_\t_\t0\troot\t_\t_\r\n\r\n", ":1:", "carriage return"),
 ])
@@ -122,3 +126,10 @@ def test_same_scores_as_cpp(sample):
                         conllu.read(sample / "en_ewt-sample-dev.system.conllu"))
     assert {k: getattr(r, k) for k in want} == want
     assert len(want) == 6
+
+
+def test_write_drops_nothing():
+    s = conllu.parse(OK + "\n")
+    s[0].extras.append((7, "7.1\tx\t_\t_\t_\t_\t_\t_\t_\t_"))
+    with pytest.raises(conllu.ConlluError, match=r"\(7\.1\) after word 7, out of order or past its 1 words"):
+        conllu.format_sentences(s)

@@ -163,6 +163,12 @@ def test_architectures_module_does_not_import_spacy():
     assert out[1] == str(importlib.util.find_spec("spacy") is not None)
 
 
+def test_pairwise_bilinear_architecture_takes_one_score_per_head():
+    from biaffine.spacy_architectures import build_pairwise_bilinear
+    with pytest.raises(ValueError, match="nO must be 1"):
+        build_pairwise_bilinear(toy_tok2vec(), nO=2)
+
+
 def test_pairwise_bilinear_architecture():
     from biaffine.spacy_architectures import build_pairwise_bilinear
     rng = np.random.default_rng(2)

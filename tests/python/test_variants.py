@@ -30,8 +30,8 @@ def proc_cpuinfo_flags():
 # What each variant needs, written out here apart from _loader's table: the
 # x86-64-v3 and -v4 levels the variants are compiled for.
 NEEDS = {
-    "avx2": {"avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe", "abm"},
-    "avx512": {"avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe", "abm",
+    "avx2": {"sse4_2", "popcnt", "avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe", "abm"},
+    "avx512": {"sse4_2", "popcnt", "avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe", "abm",
                "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"},
 }
 
@@ -90,6 +90,9 @@ AVX512_CPU = {k: True for k in NEEDS["avx512"]}
 def test_choose_widest_runnable():
     assert _loader.choose(["avx2", "avx512"], AVX512_CPU) == "avx512"
     assert _loader.choose(["avx2", "avx512"], AVX2_CPU) == "avx2"
+    # AVX2 shown but x86-64-v2's POPCNT masked (a VM's CPU model): no variant fits.
+    with pytest.raises(_loader.ISAError):
+        _loader.choose(["avx2", "avx512"], dict(AVX2_CPU, popcnt=False))
     assert _loader.choose(["avx2", "avx512", "avx512bf16"], AVX512_CPU) == "avx512"  # no avx512_bf16
     assert _loader.choose(["avx2", "avx512"], AVX512_CPU, forced="AVX2") == "avx2"
 
