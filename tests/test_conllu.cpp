@@ -220,3 +220,67 @@ TEST_CASE("a parser's output on the dev sample scores as recorded (the Python mi
     CHECK(r.labelled_np == want[5]);
     CHECK(r.labelled < r.heads);  // some relations wrong at right heads: the label comparison is exercised
 }
+
+namespace {
+
+// The text with HEAD and DEPREL of every word line replaced by '_' (what a
+// parser is given to parse).
+std::string without_trees(const std::string& text)
+{
+    std::istringstream in(text);
+    std::string line, out;
+    std::vector<std::string> cols;
+    while (std::getline(in, line)) {
+        if (!line.empty() && line[0] != '#') {
+            cols.clear();
+            std::size_t start = 0;
+            for (std::size_t tab; (tab = line.find('\t', start)) != std::string::npos; start = tab + 1)
+                cols.push_back(line.substr(start, tab - start));
+            cols.push_back(line.substr(start));
+            REQUIRE(cols.size() == 10);
+            if (cols[0].find_first_of("-.") == std::string::npos) cols[6] = cols[7] = "_";
+            line = cols[0];
+            for (std::size_t c = 1; c < cols.size(); ++c) line += "\t" + cols[c];
+        }
+        out += line + "\n";
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("a sentence without a tree (HEAD and DEPREL '_') reads, writes back, and is parsed by setting heads and relations")
+{
+    const std::string gold_text = slurp(sample_dir + "en_ewt-sample-dev.conllu");
+    const std::string raw_text = without_trees(gold_text);
+    REQUIRE(raw_text != gold_text);
+    auto raw = parse(raw_text, "raw.conllu");
+    const auto gold = conllu::read_file(sample_dir + "en_ewt-sample-dev.conllu");
+    REQUIRE(raw.size() == gold.size());
+    for (const auto& s : raw) {
+        CHECK_FALSE(s.annotated());
+        CHECK(s.words.front().head == conllu::no_head);
+    }
+    CHECK(render(raw) == raw_text);  // '_' written back
+    // A parser's step: heads and relations set on the unannotated sentences
+    // give back the annotated file, byte for byte (here from the gold trees).
+    for (std::size_t i = 0; i < raw.size(); ++i) {
+        conllu::set_scorer_heads(raw[i], conllu::scorer_heads(gold[i]));
+        for (std::size_t m = 0; m < raw[i].words.size(); ++m) raw[i].words[m].deprel = gold[i].words[m].deprel;
+    }
+    CHECK(render(raw) == gold_text);
+
+    // Without a tree there is nothing to score or to train on.
+    const auto bare = parse(w("1", "a", "X", "_", "_") + w("2", "b", "X", "_", "_") + "\n");
+    CHECK_THROWS_WITH(conllu::scorer_heads(bare[0]), Catch::Contains("line 1 has no tree"));
+    const auto tree = parse(w("1", "a", "X", "0", "root") + w("2", "b", "X", "1", "dep") + "\n");
+    CHECK_THROWS_WITH(conllu::evaluate(tree, bare), Catch::Contains("the system sentence of line 1 has no tree"));
+    CHECK_THROWS_WITH(conllu::evaluate(bare, tree), Catch::Contains("the gold sentence of line 1 has no tree"));
+    // A tree on some words only, a relation without a head, and a byte order mark.
+    require_error(w("1", "a", "X", "0", "root") + w("2", "b", "X", "_", "_") + "\n", "snippet.conllu:2:",
+                  "word 2 has no head ('_') but word 1 of its sentence has one");
+    require_error(w("1", "a", "X", "_", "_") + w("2", "b", "X", "1", "dep") + "\n", "snippet.conllu:2:",
+                  "word 2 has a head but word 1 of its sentence has none");
+    require_error(w("1", "a", "X", "_", "root") + "\n", "snippet.conllu:1:", "has a relation (DEPREL 'root') but no head");
+    require_error("\xEF\xBB\xBF" + w("1", "a", "X", "0", "root") + "\n", "snippet.conllu:1:", "byte order mark");
+}

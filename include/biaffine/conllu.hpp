@@ -13,6 +13,12 @@
 // comments, multiword-token lines (`3-4`) and empty nodes (`5.1`) verbatim,
 // the ten columns of every word. The basic tree (what is scored) is the
 // words only. Malformed input throws conllu_error with "file:line: what".
+//
+// Text to be parsed comes without a tree: a sentence whose every word has
+// HEAD and DEPREL `_` reads as unannotated (head = no_head; written back as
+// `_`), so a parser reads raw CoNLL-U, sets heads and relations, and writes
+// it. A sentence is parsed or not as a whole: a tree on some words only is an
+// error, as is scoring or training on a sentence without one.
 #pragma once
 
 #include <biaffine/abi.hpp>
@@ -37,10 +43,13 @@ public:
 
 namespace conllu {
 
+/// The head of a word in a sentence without a tree (HEAD `_`).
+constexpr std::size_t no_head = static_cast<std::size_t>(-1);
+
 /// One word line (integer id = its index in the sentence + 1).
 struct word {
     std::string form, lemma, upos, xpos, feats;
-    std::size_t head = 0;  ///< 0: the root; else the 1-based id of the head word
+    std::size_t head = 0;  ///< 0: the root; else the 1-based id of the head word; no_head: `_`
     std::string deprel, deps, misc;
 };
 
@@ -56,6 +65,9 @@ struct sentence {
     std::vector<word> words;
     std::vector<extra_line> extras;     ///< in file order
     std::size_t line = 0;               ///< 1-based line of its first line in the file
+
+    /// Whether its words carry a tree (HEAD and DEPREL); false when they are `_`.
+    bool annotated() const { return words.empty() || words.front().head != no_head; }
 
     /// Whether a `# newdoc` comment opens it.
     bool newdoc() const
@@ -120,11 +132,13 @@ inline std::vector<sentence> read(std::istream& in, const std::string& name)
     while (std::getline(in, line)) {
         ++lineno;
         if (!line.empty() && line.back() == '\r') detail::fail(name, lineno, "carriage return (CRLF line end); CoNLL-U lines end with LF");
+        if (lineno == 1 && line.compare(0, 3, "\xEF\xBB\xBF") == 0)
+            detail::fail(name, lineno, "UTF-8 byte order mark at the start of the file; CoNLL-U files have none (drop the first 3 bytes)");
         if (line.empty()) {
             if (!open) detail::fail(name, lineno, "blank line where a sentence should start (two blank lines in a row, or a blank first line)");
             if (cur.words.empty()) detail::fail(name, lineno, "sentence without words (only comments / multiword or empty-node lines)");
             for (std::size_t w = 0; w < cur.words.size(); ++w)
-                if (cur.words[w].head > cur.words.size())
+                if (cur.words[w].head != no_head && cur.words[w].head > cur.words.size())
                     detail::fail(name, word_lines[w], "head " + std::to_string(cur.words[w].head) + " out of range: the sentence has " +
                                                           std::to_string(cur.words.size()) + " words");
             for (const auto& [at, last] : ranges)
@@ -177,10 +191,21 @@ inline std::vector<sentence> read(std::istream& in, const std::string& name)
         if (n != cur.words.size() + 1)
             detail::fail(name, lineno, "word id " + id + " out of sequence, expected " + std::to_string(cur.words.size() + 1));
         word w;
-        if (!detail::parse_index(cols[6], w.head))
-            detail::fail(name, lineno, "head '" + cols[6] + "' is not a non-negative integer");
-        if (w.head == n) detail::fail(name, lineno, "word " + id + " is its own head");
-        if (cols[7].empty() || cols[7] == "_") detail::fail(name, lineno, "word " + id + " has no relation (DEPREL)");
+        const bool no_tree = cols[6] == "_";
+        if (no_tree) {
+            w.head = no_head;
+            if (cols[7] != "_")
+                detail::fail(name, lineno, "word " + id + " has a relation (DEPREL '" + cols[7] + "') but no head (HEAD '_')");
+        } else {
+            if (!detail::parse_index(cols[6], w.head))
+                detail::fail(name, lineno, "head '" + cols[6] + "' is not a non-negative integer or '_'");
+            if (w.head == n) detail::fail(name, lineno, "word " + id + " is its own head");
+            if (cols[7].empty() || cols[7] == "_") detail::fail(name, lineno, "word " + id + " has no relation (DEPREL)");
+        }
+        if (!cur.words.empty() && no_tree != (cur.words.front().head == no_head))
+            detail::fail(name, lineno, "word " + id + (no_tree ? " has no head ('_')" : " has a head") + " but word 1 of its sentence " +
+                                           (no_tree ? "has one" : "has none ('_')") +
+                                           ": a sentence carries a tree on every word or on none");
         w.form = std::move(cols[1]);
         w.lemma = std::move(cols[2]);
         w.upos = std::move(cols[3]);
@@ -218,7 +243,7 @@ inline void write(std::ostream& out, const std::vector<sentence>& sentences)
             const word& w = s.words[i];
             buf += std::to_string(i + 1);
             for (const std::string* f : {&w.form, &w.lemma, &w.upos, &w.xpos, &w.feats}) (buf += '\t') += *f;
-            ((buf += '\t') += std::to_string(w.head)) += '\t';
+            ((buf += '\t') += (w.head == no_head ? std::string("_") : std::to_string(w.head))) += '\t';
             for (const std::string* f : {&w.deprel, &w.deps}) (buf += *f) += '\t';
             (buf += w.misc) += '\n';
         }
@@ -260,12 +285,16 @@ inline std::vector<std::pair<std::size_t, std::size_t>> documents(const std::vec
 /// word m's head index in 0..n-1, the root pointing at itself.
 inline std::vector<std::size_t> scorer_heads(const sentence& s)
 {
+    if (!s.annotated())
+        throw conllu_error("scorer_heads: the sentence of line " + std::to_string(s.line) + " has no tree (HEAD and DEPREL are '_')");
     std::vector<std::size_t> h(s.words.size());
     for (std::size_t m = 0; m < h.size(); ++m) h[m] = s.words[m].head == 0 ? m : s.words[m].head - 1;
     return h;
 }
 
-/// The inverse of scorer_heads: sets the HEAD column from split-relative heads.
+/// The inverse of scorer_heads: sets the HEAD column from split-relative heads
+/// (on a sentence read without a tree too: set each word's deprel as well, or
+/// the file written will not read back).
 inline void set_scorer_heads(sentence& s, const std::vector<std::size_t>& heads)
 {
     if (heads.size() != s.words.size())
@@ -306,6 +335,10 @@ inline attachment_scores evaluate(const std::vector<sentence>& gold, const std::
     for (std::size_t i = 0; i < gold.size(); ++i) {
         const auto& g = gold[i].words;
         const auto& s = system[i].words;
+        for (const auto* x : {&gold[i], &system[i]})
+            if (!x->annotated())
+                throw conllu_error(std::string("evaluate: the ") + (x == &gold[i] ? "gold" : "system") + " sentence of line " +
+                                   std::to_string(x->line) + " has no tree (HEAD and DEPREL are '_')");
         if (g.size() != s.size())
             throw conllu_error("evaluate: sentence " + std::to_string(i + 1) + " (gold line " + std::to_string(gold[i].line) +
                                ") has " + std::to_string(g.size()) + " gold words, " + std::to_string(s.size()) + " system words");

@@ -11,6 +11,10 @@ checks, the same error messages ("file:line: what"), the same scores.
 
 Multiword-token lines (``3-4``) and empty nodes (``5.1``) are kept verbatim for writing
 back but are not words: the basic tree, and the scores, cover words only.
+
+Text to be parsed has no tree: a sentence whose every word has HEAD and DEPREL ``_`` reads
+as unannotated (``Word.head is None``, written back as ``_``); a tree on some of its words
+only is an error, as is scoring or taking gold heads from a sentence without one.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import io
 import os
 from dataclasses import dataclass, field
-from typing import Iterable, List, Sequence, Tuple, Union
+from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
 __all__ = [
     "ConlluError", "Word", "Sentence", "AttachmentScores", "read", "parse", "write", "format_sentences",
@@ -37,7 +41,7 @@ class Word:
     upos: str
     xpos: str
     feats: str
-    head: int  # 0: the root, else the 1-based id of the head word
+    head: Optional[int]  # 0: the root, else the 1-based id of the head word; None: "_"
     deprel: str
     deps: str
     misc: str
@@ -49,6 +53,11 @@ class Sentence:
     words: List[Word] = field(default_factory=list)
     extras: List[Tuple[int, str]] = field(default_factory=list)  # (words before it, verbatim line)
     line: int = 0  # 1-based line of its first line
+
+    @property
+    def annotated(self) -> bool:
+        """Whether its words carry a tree (HEAD and DEPREL); False when they are "_"."""
+        return not self.words or self.words[0].head is not None
 
     @property
     def newdoc(self) -> bool:
@@ -86,6 +95,8 @@ def parse(text: str, name: str = "<string>") -> List[Sentence]:
     for lineno, line in enumerate(lines, 1):
         if line.endswith("\r"):
             fail(lineno, "carriage return (CRLF line end); CoNLL-U lines end with LF")
+        if lineno == 1 and line.startswith("\ufeff"):
+            fail(lineno, "UTF-8 byte order mark at the start of the file; CoNLL-U files have none (drop the first 3 bytes)")
         if not line:
             if not open_:
                 fail(lineno, "blank line where a sentence should start (two blank lines in a row, or a blank first line)")
@@ -93,7 +104,7 @@ def parse(text: str, name: str = "<string>") -> List[Sentence]:
                 fail(lineno, "sentence without words (only comments / multiword or empty-node lines)")
             n = len(cur.words)
             for wl, w in zip(word_lines, cur.words):
-                if w.head > n:
+                if w.head is not None and w.head > n:
                     fail(wl, f"head {w.head} out of range: the sentence has {n} words")
             for at, last in ranges:
                 if last > n:
@@ -135,13 +146,23 @@ def parse(text: str, name: str = "<string>") -> List[Sentence]:
             fail(lineno, f"id '{ident}' is not a positive integer")
         if i != n + 1:
             fail(lineno, f"word id {ident} out of sequence, expected {n + 1}")
-        head = _index(cols[6])
-        if head is None:
-            fail(lineno, f"head '{cols[6]}' is not a non-negative integer")
-        if head == i:
-            fail(lineno, f"word {ident} is its own head")
-        if not cols[7] or cols[7] == "_":
-            fail(lineno, f"word {ident} has no relation (DEPREL)")
+        no_tree = cols[6] == "_"
+        if no_tree:
+            head = None
+            if cols[7] != "_":
+                fail(lineno, f"word {ident} has a relation (DEPREL '{cols[7]}') but no head (HEAD '_')")
+        else:
+            head = _index(cols[6])
+            if head is None:
+                fail(lineno, f"head '{cols[6]}' is not a non-negative integer or '_'")
+            if head == i:
+                fail(lineno, f"word {ident} is its own head")
+            if not cols[7] or cols[7] == "_":
+                fail(lineno, f"word {ident} has no relation (DEPREL)")
+        if cur.words and no_tree != (cur.words[0].head is None):
+            fail(lineno, f"word {ident} " + ("has no head ('_')" if no_tree else "has a head") + " but word 1 of its "
+                 "sentence " + ("has one" if no_tree else "has none ('_')") + ": a sentence carries a tree on every "
+                 "word or on none")
         cur.words.append(Word(cols[1], cols[2], cols[3], cols[4], cols[5], head, cols[7], cols[8], cols[9]))
         word_lines.append(lineno)
     if open_:
@@ -156,7 +177,14 @@ def read(path: Union[str, os.PathLike]) -> List[Sentence]:
             data = f.read()
     except OSError as e:
         raise ConlluError(f"{os.fspath(path)}: cannot open for reading ({e.strerror})") from e
-    return parse(data.decode("utf-8"), os.fspath(path))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise ConlluError(f"{os.fspath(path)}:{line}: not UTF-8 (byte 0x{data[e.start]:02x} at byte {column} of the "
+                          f"line); CoNLL-U is UTF-8") from None
+    return parse(text, os.fspath(path))
 
 
 def format_sentences(sentences: Iterable[Sentence]) -> str:
@@ -173,7 +201,8 @@ def format_sentences(sentences: Iterable[Sentence]) -> str:
             if i == len(s.words):
                 break
             w = s.words[i]
-            buf.write("\t".join((str(i + 1), w.form, w.lemma, w.upos, w.xpos, w.feats, str(w.head), w.deprel,
+            head = "_" if w.head is None else str(w.head)
+            buf.write("\t".join((str(i + 1), w.form, w.lemma, w.upos, w.xpos, w.feats, head, w.deprel,
                                  w.deps, w.misc)) + "\n")
         if e != len(s.extras):
             after, text = s.extras[e]
@@ -204,11 +233,14 @@ def documents(sentences: Sequence[Sentence], every: int = 32) -> List[Tuple[int,
 
 def scorer_heads(s: Sentence) -> List[int]:
     """Split-relative heads (0..n-1), the root pointing at itself, as the scorer's losses take them."""
+    if not s.annotated:
+        raise ConlluError(f"scorer_heads: the sentence of line {s.line} has no tree (HEAD and DEPREL are '_')")
     return [m if w.head == 0 else w.head - 1 for m, w in enumerate(s.words)]
 
 
 def set_scorer_heads(s: Sentence, heads: Sequence[int]) -> None:
-    """The inverse of scorer_heads: sets the HEAD column."""
+    """The inverse of scorer_heads: sets the HEAD column (on a sentence read without a tree, set
+    each word's deprel as well, or the file written will not read back)."""
     n = len(s.words)
     if len(heads) != n:
         raise ConlluError(f"set_scorer_heads: {len(heads)} heads for a sentence of {n} words (line {s.line})")
@@ -257,6 +289,9 @@ def evaluate(gold: Sequence[Sentence], system: Sequence[Sentence]) -> Attachment
         raise ConlluError(f"evaluate: gold has {len(gold)} sentences, system {len(system)}")
     r = AttachmentScores()
     for i, (g, s) in enumerate(zip(gold, system)):
+        for which, x in (("gold", g), ("system", s)):
+            if not x.annotated:
+                raise ConlluError(f"evaluate: the {which} sentence of line {x.line} has no tree (HEAD and DEPREL are '_')")
         if len(g.words) != len(s.words):
             raise ConlluError(f"evaluate: sentence {i + 1} (gold line {g.line}) has {len(g.words)} gold words, "
                               f"{len(s.words)} system words")

@@ -133,3 +133,65 @@ def test_write_drops_nothing():
     s[0].extras.append((7, "7.1\tx\t_\t_\t_\t_\t_\t_\t_\t_"))
     with pytest.raises(conllu.ConlluError, match=r"\(7\.1\) after word 7, out of order or past its 1 words"):
         conllu.format_sentences(s)
+
+
+def _without_trees(text):
+    out = []
+    for line in text.split("\n"):
+        if line and not line.startswith("#"):
+            cols = line.split("\t")
+            if "-" not in cols[0] and "." not in cols[0]:
+                cols[6] = cols[7] = "_"
+            line = "\t".join(cols)
+        out.append(line)
+    return "\n".join(out)
+
+
+def test_sentences_without_trees_read_write_and_parse(sample):
+    gold_path = sample / "en_ewt-sample-dev.conllu"
+    gold_text = gold_path.read_text(encoding="utf-8")
+    raw_text = _without_trees(gold_text)
+    assert raw_text != gold_text
+    raw = conllu.parse(raw_text, "raw.conllu")
+    gold = conllu.read(gold_path)
+    assert len(raw) == len(gold)
+    assert not any(s.annotated for s in raw)
+    assert all(w.head is None for s in raw for w in s.words)
+    assert conllu.format_sentences(raw) == raw_text
+    for r, g in zip(raw, gold):
+        conllu.set_scorer_heads(r, conllu.scorer_heads(g))
+        for rw, gw in zip(r.words, g.words):
+            rw.deprel = gw.deprel
+    assert conllu.format_sentences(raw) == gold_text
+
+    bare = conllu.parse(w(1, "a", "X", "_", "_") + w(2, "b", "X", "_", "_") + "\n")
+    with pytest.raises(conllu.ConlluError, match="line 1 has no tree"):
+        conllu.scorer_heads(bare[0])
+    tree = conllu.parse(w(1, "a", "X", 0, "root") + w(2, "b", "X", 1, "dep") + "\n")
+    with pytest.raises(conllu.ConlluError, match="the system sentence of line 1 has no tree"):
+        conllu.evaluate(tree, bare)
+    with pytest.raises(conllu.ConlluError, match="the gold sentence of line 1 has no tree"):
+        conllu.evaluate(bare, tree)
+
+
+@pytest.mark.parametrize("text,where,what", [
+    (w(1, "a", "X", 0, "root") + w(2, "b", "X", "_", "_") + "\n", ":2:",
+     "word 2 has no head ('_') but word 1 of its sentence has one"),
+    (w(1, "a", "X", "_", "_") + w(2, "b", "X", 1, "dep") + "\n", ":2:",
+     "word 2 has a head but word 1 of its sentence has none"),
+    (w(1, "a", "X", "_", "root") + "\n", ":1:", "has a relation (DEPREL 'root') but no head"),
+    ("\ufeff" + w(1, "a", "X", 0, "root") + "\n", ":1:", "byte order mark"),
+])
+def test_partial_trees_and_bom_name_file_and_line(text, where, what):
+    with pytest.raises(conllu.ConlluError) as e:
+        conllu.parse(text, "snippet.conllu")
+    msg = str(e.value)
+    assert msg.startswith("snippet.conllu" + where), msg
+    assert what in msg, msg
+
+
+def test_not_utf8_names_file_and_line(tmp_path):
+    p = tmp_path / "latin1.conllu"
+    p.write_bytes((w(1, "a", "X", 0, "root") + "\n").encode() + b"1\tcaf\xe9\t_\tX\t_\t_\t0\troot\t_\t_\n\n")
+    with pytest.raises(conllu.ConlluError, match=r"latin1.conllu:3: not UTF-8 \(byte 0xe9 at byte 6 of the line\)"):
+        conllu.read(p)
