@@ -529,12 +529,26 @@ void call_with_view(const py::function& callback, std::size_t split, std::size_t
     py::array view = empty ? py::array(py::array_t<T>(shape))
                            : py::array(py::dtype::of<T>(), shape, strides, data, py::none());
     view.attr("setflags")(py::arg("write") = false);
-    callback(split, doc, view);
-    if (!empty && view.ref_count() > 1) {
-        throw py::value_error(std::string(where) + ": the callback kept a reference to the view of split " +
-                              std::to_string(split) +
-                              ", which is valid only during the call; keep a copy (scores.copy()) instead");
+    const auto kept = [&] {
+        return std::string(where) + ": the callback kept a reference to the view of split " + std::to_string(split) +
+               ", which is valid only during the call; keep a copy (scores.copy()) instead";
+    };
+    try {
+        callback(split, doc, view);
+    } catch (py::error_already_set& e) {
+        // The traceback's frames hold the callback's locals, the view among
+        // them, and outlive the stream with the exception: cleared, so that
+        // a caller keeping the exception keeps no view of reused memory.
+        if (!empty) {
+            py::module_::import("traceback").attr("clear_frames")(e.trace());
+            if (view.ref_count() > 1) {
+                py::raise_from(e, PyExc_ValueError, kept().c_str());
+                throw py::error_already_set();
+            }
+        }
+        throw;
     }
+    if (!empty && view.ref_count() > 1) throw py::value_error(kept());
 }
 
 template <class T>

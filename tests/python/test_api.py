@@ -451,6 +451,44 @@ def test_raising_callback_propagates_and_leaks_nothing():
     assert view == [False] * 6
 
 
+def test_stream_exception_keeps_no_view():
+    # A callback that raises: its traceback's frames (which outlive the
+    # stream with the exception) no longer hold the view; one that also
+    # stored the view gets the ValueError, caused by its own exception.
+    s = biaffine.biaffine_scorer(8, 4)
+    docs = [np.ones((30, 8), np.float32)]
+    lengths = [[10, 10, 10]]
+
+    class Boom(Exception):
+        pass
+
+    def cb(k, d, scores):
+        raise Boom("stop")
+
+    with pytest.raises(Boom) as info:
+        s.predict_stream(docs, lengths, cb)
+    frames = [tb.tb_frame for tb in _walk(info.value.__traceback__)]
+    assert any(f.f_code.co_name == "cb" for f in frames)
+    for f in frames:
+        assert not any(isinstance(v, np.ndarray) and not v.flags["OWNDATA"] and not v.flags["WRITEABLE"]
+                       for v in f.f_locals.values()), f.f_code.co_name
+    kept = []
+
+    def keep_and_raise(k, d, scores):
+        kept.append(scores)
+        raise Boom("kept, then raised")
+
+    with pytest.raises(ValueError, match="kept a reference to the view of split 0") as info:
+        s.predict_stream(docs, lengths, keep_and_raise)
+    assert isinstance(info.value.__cause__, Boom)
+
+
+def _walk(tb):
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next
+
+
 def test_abi_tag_names_version_backend_and_isa():
     # include/biaffine/abi.hpp: v<major>_<minor>_<patch>_<backend>_<isa>.
     m = re.fullmatch(r"v(\d+)_(\d+)_(\d+)_(eigen|avx2kernel|blas)_([a-z0-9]+)", biaffine.abi_tag)
