@@ -135,6 +135,7 @@ def info():
     variants built and those this CPU runs, the ISA extensions the variant
     was compiled for, the backend running each operation per dtype
     (``backends["float32"]["name"]`` / ``["operations"]``), the BLAS if any,
+    the compiler and pybind11 versions it was built with,
     the CPU's model and ISA extensions, and the extension's file."""
     module = sys.modules[f"{__package__}._biaffine"]
     b = module._build_info()
@@ -152,6 +153,7 @@ def info():
         "blas": blas,
         "abi_tag": b["abi_tag"],
         "compiler": b["compiler"],
+        "pybind11": b["pybind11"],
         "cpu": {"model": _cpu_model(), "isa": sorted(k for k, v in _State.features.items() if v)},
         "extension": getattr(module, "__file__", None),
         "python": sys.version.split()[0],
@@ -165,7 +167,7 @@ def format_info(d=None):
         f"biaffine {d['version']}",
         f"variant:    {d['variant']}" + (f" (forced by {d['forced_by']})" if d["forced_by"] else " (the widest this CPU runs)"),
         f"built:      {', '.join(d['variants_built'])}; this CPU runs: {', '.join(d['variants_runnable'])}",
-        f"compiled:   {' '.join(d['compiled_isa']) or 'baseline'} ({d['compiler']})",
+        f"compiled:   {' '.join(d['compiled_isa']) or 'baseline'} ({d['compiler']}; pybind11 {d['pybind11']})",
     ]
     if d["abi_tag"]:
         lines.append(f"ABI tag:    {d['abi_tag']}")

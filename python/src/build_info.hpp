@@ -78,6 +78,8 @@ inline void bind_build_info(py::module_& m)
 #endif
         d["abi_tag"] = std::string(biaffine::abi_tag);
         d["compiler"] = __VERSION__;
+        d["pybind11"] = PYBIND11_TOSTRING(PYBIND11_VERSION_MAJOR) "." PYBIND11_TOSTRING(
+            PYBIND11_VERSION_MINOR) "." PYBIND11_TOSTRING(PYBIND11_VERSION_PATCH);
         return d;
     }, "What this variant of the extension was compiled for: ISA, the backend of each operation, BLAS.");
 }

@@ -1227,6 +1227,21 @@ py::array_t<std::int64_t> labels_at_heads(const py::handle& scores, const py::ha
 PYBIND11_MODULE(BIAFFINE_PY_MODULE, m)
 {
     m.doc() = "biaffine: split-batched biaffine scoring with bounded peak memory (C++ core)";
+#if PYBIND11_VERSION_HEX < 0x020C0000
+    // pybind11 before 2.12 reads numpy 2's arrays wrongly without an error
+    // (seen: argmax_heads of a 3x3 float64 matrix all 1 under pybind11 2.10
+    // and numpy 2.4): refuse to load rather than give wrong numbers.
+    {
+        const std::string np_version = py::module_::import("numpy").attr("__version__").cast<std::string>();
+        if (std::atoi(np_version.c_str()) >= 2) {
+            throw py::import_error(
+                std::string("biaffine: this module was built with pybind11 ") + PYBIND11_TOSTRING(PYBIND11_VERSION_MAJOR) "." +
+                PYBIND11_TOSTRING(PYBIND11_VERSION_MINOR) ", which does not support numpy 2, and numpy " + np_version +
+                " is imported: install it with pip (which builds with pybind11 >= 2.12) or use numpy < 2 (Debian's "
+                "python3-numpy)");
+        }
+    }
+#endif
     m.attr("__version__") = biaffine::version_string;
     // The ABI name this module was compiled under (include/biaffine/abi.hpp):
     // version, float backend, ISA level.

@@ -2,8 +2,10 @@
 # decoding and splitting helpers, and bad input (README's bad-input table rows
 # Python can reach, plus Python-only cases).
 import gc
+import os
 import pathlib
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -494,3 +496,21 @@ def test_abi_tag_names_version_backend_and_isa():
     m = re.fullmatch(r"v(\d+)_(\d+)_(\d+)_(eigen|avx2kernel|blas)_([a-z0-9]+)", biaffine.abi_tag)
     assert m, biaffine.abi_tag
     assert ".".join(m.group(1, 2, 3)) == biaffine.__version__
+
+
+def test_an_old_pybind11_build_refuses_numpy_2(tmp_path):
+    # pybind11 < 2.12 reads numpy 2's arrays wrongly without an error: such a
+    # build must refuse to import under numpy 2 (a stand-in numpy 2.0.0 here,
+    # found first on the path) rather than give wrong numbers.
+    built = tuple(int(x) for x in biaffine.info()["pybind11"].split(".")[:2])
+    fake = tmp_path / "numpy"
+    fake.mkdir()
+    (fake / "__init__.py").write_text('__version__ = "2.0.0"\n')
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path)] + [p for p in sys.path if p])
+    r = subprocess.run([sys.executable, "-c", "import biaffine"], env=env, capture_output=True, text=True)
+    if built < (2, 12):
+        assert r.returncode != 0, r.stderr
+        assert "does not support numpy 2, and numpy 2.0.0 is imported" in r.stderr, r.stderr
+    else:
+        assert "does not support numpy 2" not in r.stderr, r.stderr
