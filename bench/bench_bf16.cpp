@@ -4,7 +4,8 @@
 // on the scorer's shapes, in one run:
 //
 //   proj      X [N, 256] . W^T [256, 128] + bias, ReLU (post-op / epilogue),
-//             N = 100k and 20k tokens: the projections.
+//             N = 100k and 20k tokens: the projections. Also ours_bf16, the
+//             VDPBF16PS kernel of avx512_bf16_gemm.hpp (fp32 and bf16 out).
 //   uw        U [N, 129] . W' [129, o 129], o = 1 at N = 100k, o = 50 at
 //             N = 20k: the label-wise product.
 //   split     per-split S = V . T^T, V [n, 129], T [n o, 129], every split of
@@ -30,6 +31,7 @@
 #include <biaffine/bfloat16.hpp>
 #include <biaffine/detail/compute/avx2_kernel.hpp>
 #include <biaffine/detail/compute/avx512_bf16.hpp>
+#include <biaffine/detail/compute/avx512_bf16_gemm.hpp>
 #include <biaffine/detail/compute/avx512_small.hpp>
 #include <biaffine/detail/compute/bf16_emulated.hpp>
 
@@ -153,6 +155,11 @@ void big_product(dnnl::engine& eng, dnnl::stream& strm, const std::string& label
     std::vector<bfloat16> cb(N * M);
     std::vector<float> packed(bd::gemm_packed_size(K, M));
     bd::gemm_pack_b(w.data(), 1, static_cast<std::ptrdiff_t>(K), K, M, packed.data());  // W^T: (k, m) at w[m K + k]
+    std::vector<bfloat16> packed16(bd::bf16_gemm_packed_size(K, M));
+    bd::bf16_gemm_pack_b(w.data(), 1, static_cast<std::ptrdiff_t>(K), K, M, packed16.data());
+    bd::bf16_gemm_epilogue ep16;
+    ep16.bias = bias_relu ? bias.data() : nullptr;
+    ep16.relu = bias_relu;
     const auto Ml = static_cast<memory::dim>(M), Kl = static_cast<memory::dim>(K), Nl = static_cast<memory::dim>(N),
                kpl = static_cast<memory::dim>(kp);
     dnnl_matmul f32(eng, strm, Nl, Kl, Ml, dt::f32, dt::f32, bias_relu, bias_relu, const_cast<float*>(x.data()), Kl, w.data(),
@@ -176,6 +183,16 @@ void big_product(dnnl::engine& eng, dnnl::stream& strm, const std::string& label
                                 bias_relu ? bias.data() : nullptr, bias_relu, c.data(), static_cast<std::ptrdiff_t>(M));
          }},
         {"onednn_f32", [&] { f32(); }},
+        {"ours_bf16 ->f32",
+         [&] {
+             bd::bf16_gemm(xb.data(), static_cast<std::ptrdiff_t>(kp), N, K, packed16.data(), M, ep16, c.data(),
+                           static_cast<std::ptrdiff_t>(M));
+         }},
+        {"ours_bf16 ->bf16",
+         [&] {
+             bd::bf16_gemm(xb.data(), static_cast<std::ptrdiff_t>(kp), N, K, packed16.data(), M, ep16, nullptr, 0,
+                           cb.data(), static_cast<std::ptrdiff_t>(M));
+         }},
         {"onednn_bf16 ->f32", [&] { b16(); }},
         {"onednn_bf16 ->bf16", [&] { b16o(); }},
         {"onednn_bf16 K even ->f32", [&] { b16p(); }},
