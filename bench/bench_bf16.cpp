@@ -29,6 +29,7 @@
 #include "common.hpp"
 
 #include <biaffine/bfloat16.hpp>
+#include <biaffine/detail/compute/amx_bf16_gemm.hpp>
 #include <biaffine/detail/compute/avx2_kernel.hpp>
 #include <biaffine/detail/compute/avx512_bf16.hpp>
 #include <biaffine/detail/compute/avx512_bf16_gemm.hpp>
@@ -157,6 +158,15 @@ void big_product(dnnl::engine& eng, dnnl::stream& strm, const std::string& label
     bd::gemm_pack_b(w.data(), 1, static_cast<std::ptrdiff_t>(K), K, M, packed.data());  // W^T: (k, m) at w[m K + k]
     std::vector<bfloat16> packed16(bd::bf16_gemm_packed_size(K, M));
     bd::bf16_gemm_pack_b(w.data(), 1, static_cast<std::ptrdiff_t>(K), K, M, packed16.data());
+#if BIAFFINE_DETAIL_AMX_BF16
+    // AMX: rows and panels padded to a depth of 32, rows readable past N.
+    const std::size_t ka = bd::amx_depth(K);
+    std::vector<bfloat16> xa((N + bd::amx_row_slack) * ka, bfloat16(0.0f));
+    for (std::size_t i = 0; i < N; ++i) std::copy(xb.begin() + i * kp, xb.begin() + i * kp + K, xa.begin() + i * ka);
+    std::vector<bfloat16> packed_amx(bd::bf16_gemm_packed_size(K, M, ka));
+    bd::bf16_gemm_pack_b(w.data(), 1, static_cast<std::ptrdiff_t>(K), K, M, packed_amx.data(), ka);
+    if (!bd::amx_usable()) std::printf("  (Linux withholds the AMX tiles: the ours_amx rows are skipped)\n");
+#endif
     bd::bf16_gemm_epilogue ep16;
     ep16.bias = bias_relu ? bias.data() : nullptr;
     ep16.relu = bias_relu;
@@ -209,6 +219,18 @@ void big_product(dnnl::engine& eng, dnnl::stream& strm, const std::string& label
                                 static_cast<std::ptrdiff_t>(K), xb.data(), static_cast<std::ptrdiff_t>(kp));
          }},
     };
+#if BIAFFINE_DETAIL_AMX_BF16
+    if (bd::amx_usable()) {
+        impls.push_back({"ours_amx ->f32", [&] {
+                             bd::amx_gemm(xa.data(), static_cast<std::ptrdiff_t>(ka), N, K, packed_amx.data(), M, ep16,
+                                          false, c.data(), static_cast<std::ptrdiff_t>(M));
+                         }});
+        impls.push_back({"ours_amx ->bf16", [&] {
+                             bd::amx_gemm(xa.data(), static_cast<std::ptrdiff_t>(ka), N, K, packed_amx.data(), M, ep16,
+                                          false, nullptr, 0, cb.data(), static_cast<std::ptrdiff_t>(M));
+                         }});
+    }
+#endif
     run_case(label, 2.0 * double(N) * double(K) * double(M), impls, reps);
 }
 

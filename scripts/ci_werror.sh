@@ -15,8 +15,9 @@
 #                                     sanitizers; the package consumers are left
 #                                     to the Release run)
 #   bash scripts/ci_werror.sh avx512  g++ for an AVX-512 target with AVX512_BF16
-#                                     (-march=skylake-avx512 -mavx512bf16: the
-#                                     bf16 kernels of avx512_bf16.hpp too),
+#                                     and AMX (-march=skylake-avx512 -mavx512bf16
+#                                     -mamx-tile -mamx-bf16: the bf16 kernels of
+#                                     avx512_bf16*.hpp and amx_bf16_gemm.hpp too),
 #                                     Release, every target, compile and link
 #                                     only (nothing AVX-512 can run on a CPU
 #                                     without it), in build-avx512/: the
@@ -58,7 +59,7 @@ case "${1:-}" in
     # -O2 rather than -O3: the same inlining of Eigen's AVX-512 packets (where
     # GCC's warnings come from) in less compile time.
     cmake -S . -B build-avx512 -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" \
-      -DBIAFFINE_NATIVE=OFF "-DCMAKE_CXX_FLAGS=-march=skylake-avx512 -mavx512bf16" -DBIAFFINE_WERROR=ON \
+      -DBIAFFINE_NATIVE=OFF "-DCMAKE_CXX_FLAGS=-march=skylake-avx512 -mavx512bf16 -mamx-tile -mamx-bf16" -DBIAFFINE_WERROR=ON \
       -DBIAFFINE_WITH_ONEDNN=$onednn \
       -DBIAFFINE_BUILD_TESTS=ON -DBIAFFINE_BUILD_EXAMPLES=ON -DBIAFFINE_BUILD_BENCH=ON -DBIAFFINE_BUILD_FUZZ=OFF -DBIAFFINE_CHECK_HEADERS=OFF >/dev/null
     cmake --build build-avx512 -j2 -- $(keep_going build-avx512)

@@ -54,8 +54,12 @@
 
 /// The ISA level in the ABI name: the highest level the compiler targets
 /// among those the library's code (its kernels, and Eigen's packets inside
-/// its templates) branches on, plus "bf16" where __AVX512BF16__ is defined.
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
+/// its templates) branches on, plus "bf16" where __AVX512BF16__ is defined
+/// and "amxbf16" where AMX-TILE and AMX-BF16 are too (the bf16 products then
+/// run on amx_bf16_gemm.hpp).
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#define BIAFFINE_ABI_ISA amxbf16
+#elif defined(__AVX512F__) && defined(__AVX512BF16__)
 #define BIAFFINE_ABI_ISA avx512bf16
 #elif defined(__AVX512F__)
 #define BIAFFINE_ABI_ISA avx512

@@ -41,19 +41,22 @@ constexpr std::size_t bf16_gemm_panel = 32;
 
 /// bf16 elements of B [K, M] packed by bf16_gemm_pack_b: ceil(M / 32)
 /// panels of bf16_packed_depth(K) / 2 pairs x 32 columns x 2.
-inline std::size_t bf16_gemm_packed_size(std::size_t K, std::size_t M) noexcept
+/// (`depth`: the packed depth, at least that; AMX wants multiples of 32.)
+inline std::size_t bf16_gemm_packed_size(std::size_t K, std::size_t M, std::size_t depth = 0) noexcept
 {
     return (M + bf16_gemm_panel - 1) / bf16_gemm_panel * bf16_gemm_panel *
-           static_cast<std::size_t>(bf16_packed_depth(static_cast<std::ptrdiff_t>(K)));
+           std::max(depth, static_cast<std::size_t>(bf16_packed_depth(static_cast<std::ptrdiff_t>(K))));
 }
 
 /// Packs B (element (k, m) at b[k * rs + m * cs], K x M floats), rounded to
 /// bf16, into pair panels; rows past K (an odd K's pad) and columns past M
-/// are zero. Weights: once per batch (or once while they do not change).
+/// are zero, and so are rows up to `depth` where it is larger (AMX's tiles
+/// read the depth in steps of 32). Weights: once per parameter version.
 inline void bf16_gemm_pack_b(const float* b, std::ptrdiff_t rs, std::ptrdiff_t cs, std::size_t K, std::size_t M,
-                             bfloat16* out)
+                             bfloat16* out, std::size_t depth = 0)
 {
-    const std::size_t pairs = static_cast<std::size_t>(bf16_packed_depth(static_cast<std::ptrdiff_t>(K))) / 2;
+    const std::size_t pairs =
+        std::max(depth, static_cast<std::size_t>(bf16_packed_depth(static_cast<std::ptrdiff_t>(K)))) / 2;
     for (std::size_t j0 = 0; j0 < M; j0 += bf16_gemm_panel) {
         bfloat16* panel = out + j0 * pairs * 2;
         const std::size_t w = std::min(bf16_gemm_panel, M - j0);

@@ -1,0 +1,401 @@
+// biaffine/detail/compute/bf16_forward.hpp - the scorer's inference forward
+// in bf16: a batch's splits -> both projections (bias, ReLU) -> T = U W' ->
+// each split's scores or its labels at given heads, with bf16 operands and
+// fp32 accumulation, outputs in fp32.
+//
+// Where operands are rounded to bf16 (to nearest even): X as it is read;
+// Wh, Wd and W once per parameter version (bf16_weights, made by
+// pack_weights); U and V after bias and ReLU (their ones column is exact);
+// T after U W'. Bias, ReLU and every sum are fp32. One path, three kinds of
+// arithmetic (the Math policy):
+//   native    (AVX512_BF16 targets): bf16 storage, bf16_gemm for the
+//             projections and U W', bf16_dots per split (VDPBF16PS);
+//   emulated  (every CPU): the same rounding points with the rounded values
+//             kept as floats, Eigen's fp32 GEMM and the fp32 small-product
+//             kernel. bf16 x bf16 products are exact in fp32, so the
+//             kinds agree up to the order of the fp32 sums (and the native
+//             paths' flushing of denormals) - the emulated path gives the
+//             native path's parses on a CPU without it, at fp32 speed or below;
+//   amx       (AMX-BF16 targets): the projections and U W' on AMX tiles
+//             (amx_gemm; bf16_gemm where Linux withholds the tiles), V and T
+//             kept as floats holding bf16 values for the fp32 per-split
+//             kernel (VDPBF16PS runs at half the fp32 rate there).
+//
+// Rows are processed a group of whole splits at a time (group_rows rows, or
+// one longer split): their X in bf16, U, V and T for those rows only, so the
+// scratch is bounded by the group, not the batch. Rows are padded with zeros
+// to the depth the kernels want (Math::depth: pairs, or 32 for AMX tiles):
+//   xb [G, dx]   dx = depth(n_in)                     (Math::in_elem)
+//   ub [G, du]   du = depth(hu): relu(X Wh^T + bh) | 1 | 0...
+//   vb [G, dv]   dv = pairs(hv): relu(X Wd^T + bd) | 1 | 0  (Math::dot_elem)
+//   tb [G, o dv] row i, label l: U_i W_l, then a zero
+#pragma once
+
+#include "biaffine/abi.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <type_traits>
+#include <vector>
+
+#include "biaffine/bfloat16.hpp"
+#include "biaffine/detail/compute/amx_bf16_gemm.hpp"
+#include "biaffine/detail/compute/avx2_backend.hpp"
+#include "biaffine/detail/compute/avx512_bf16_gemm.hpp"
+#include "biaffine/detail/compute/bf16_emulated.hpp"
+#include "biaffine/detail/compute/eigen_backend.hpp"
+#include "biaffine/detail/compute/operands.hpp"
+#include "biaffine/tensor.hpp"
+
+#ifndef BIAFFINE_BF16_GROUP_BYTES
+/// Bytes of T (and the group's other rows) a bf16 forward holds at once:
+/// the fp32 kernel's score group (BIAFFINE_AVX2_SCORE_GROUP_BYTES on
+/// AVX-512) in bf16 elements, so a group of T stays in L2 while its splits
+/// are scored.
+#define BIAFFINE_BF16_GROUP_BYTES (2 * 1024 * 1024)
+#endif
+
+BIAFFINE_NAMESPACE_BEGIN
+namespace detail {
+
+/// k rounded up to pairs of bf16 (the depth of a packed row).
+constexpr std::size_t bf16_pairs(std::size_t k) noexcept { return (k + 1) / 2 * 2; }
+
+/// The weights as the bf16 products read them, made once per parameter
+/// version by bf16_forward<Math>::pack_weights. E: Math::in_elem.
+template <class E>
+struct bf16_weights {
+    /// Aligned as Eigen aligns (64 bytes on AVX-512): AMX's tile rows are
+    /// 64 bytes and must not straddle cache lines.
+    using buffer = std::vector<E, Eigen::aligned_allocator<E>>;
+    scorer_dims d;
+    buffer wh, wd;  ///< B of X Wh^T, X Wd^T: [n_in, h]
+    buffer w;       ///< B of U W': [hu, o dv], label l's columns l dv .. l dv + hv, then zeros
+    std::vector<float> bh, bd;
+    /// Bytes held (the cost model counts them with the parameters).
+    std::size_t bytes() const noexcept
+    {
+        return (wh.size() + wd.size() + w.size()) * sizeof(E) + (bh.size() + bd.size()) * sizeof(float);
+    }
+};
+
+/// A split's scores s [n, n o] from V and T rows that hold bf16 values as
+/// floats (row stride hv, as the fp32 backends read them): the fp32 path's
+/// own per-split kernels (zmm_dots for short splits, the GEMM kernel with
+/// Va^T packed for long ones or many labels; Eigen without AVX2). `packed`:
+/// float_score_packed(hv, longest split) floats.
+inline std::size_t float_score_packed(std::size_t hv, std::size_t max_len) noexcept
+{
+#if defined(__AVX2__) && defined(__FMA__)
+    return gemm_packed_size(hv, max_len);
+#else
+    (void)hv;
+    (void)max_len;
+    return 0;
+#endif
+}
+inline void float_split_scores(const float* va, std::size_t n, const float* t, std::size_t o, std::size_t hv,
+                               score_view<float> s, float* packed)
+{
+    const const_row_map<float> v(va, static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(hv),
+                                 Eigen::OuterStride<>(static_cast<Eigen::Index>(hv)));
+#if defined(__AVX2__) && defined(__FMA__)
+    avx2_backend::split_scores(v, t, o, s, packed);
+#else
+    eigen_backend<float>::split_scores(v, t, o, s, packed);
+#endif
+}
+
+/// Rows (and B) in bf16 on every CPU: floats rounded to bf16, products in
+/// fp32 on Eigen and the fp32 small-product kernel.
+struct bf16_emulated_math {
+    using in_elem = float;
+    using dot_elem = float;
+    static constexpr const char* name = "emulated";
+    static std::size_t depth(std::size_t k) noexcept { return bf16_pairs(k); }
+    static std::size_t dot_depth(std::size_t k) noexcept { return k; }
+    static std::size_t score_packed(std::size_t hv, std::size_t max_len) noexcept
+    {
+        return float_score_packed(hv, max_len);
+    }
+    static void scores(const float* va, std::size_t n, const float* t, std::size_t o, std::size_t hv,
+                       score_view<float> s, float* packed)
+    {
+        float_split_scores(va, n, t, o, hv, s, packed);
+    }
+
+    /// dst [n, depth(k)] = src [n, k] (any strides) rounded, zeros after k.
+    static void round_rows(const seq_view<const float>& src, float* dst, std::size_t ldd)
+    {
+        for (std::size_t i = 0; i < src.rows; ++i) {
+            for (std::size_t p = 0; p < src.cols; ++p) dst[i * ldd + p] = round_to_bfloat16(src(i, p));
+            std::fill(dst + i * ldd + src.cols, dst + i * ldd + depth(src.cols), 0.0f);
+        }
+    }
+    /// B [K, M] (element (k, m) at b[k rs + m cs]) rounded, kept row-major
+    /// [depth(K), M] with zero rows past K.
+    static void pack_b(const float* b, std::ptrdiff_t rs, std::ptrdiff_t cs, std::size_t K, std::size_t M,
+                       typename bf16_weights<float>::buffer& out)
+    {
+        out.assign(depth(K) * M, 0.0f);
+        for (std::size_t k = 0; k < K; ++k)
+            for (std::size_t m = 0; m < M; ++m)
+                out[k * M + m] =
+                    round_to_bfloat16(b[static_cast<std::ptrdiff_t>(k) * rs + static_cast<std::ptrdiff_t>(m) * cs]);
+    }
+    /// c [N, M] (row stride ldc) = round(relu?(a [N, K] B + bias)); NaN kept by the ReLU.
+    static void gemm(const float* a, std::size_t lda, std::size_t N, std::size_t K, const typename bf16_weights<float>::buffer& b,
+                     std::size_t M, const float* bias, bool relu, float* c, std::size_t ldc)
+    {
+        using Stride = Eigen::OuterStride<>;
+        const auto n = static_cast<Eigen::Index>(N), k = static_cast<Eigen::Index>(depth(K)),
+                   m = static_cast<Eigen::Index>(M);
+        Eigen::Map<const row_matrix<float>, Eigen::Unaligned, Stride> A(a, n, k, Stride(static_cast<Eigen::Index>(lda)));
+        Eigen::Map<const row_matrix<float>> B(b.data(), k, m);
+        Eigen::Map<row_matrix<float>, Eigen::Unaligned, Stride> C(c, n, m, Stride(static_cast<Eigen::Index>(ldc)));
+        C.noalias() = A * B;
+        for (Eigen::Index i = 0; i < n; ++i)
+            for (Eigen::Index j = 0; j < m; ++j) {
+                float z = C(i, j) + (bias != nullptr ? bias[j] : 0.0f);
+                if (relu && z < 0.0f) z = 0.0f;
+                C(i, j) = round_to_bfloat16(z);
+            }
+    }
+    static void dots(const float* a, std::size_t lda, std::size_t n, const float* b, std::size_t ldb, std::size_t m,
+                     std::size_t k, float* c, std::size_t ldc)
+    {
+        const auto P = [](std::size_t v) { return static_cast<std::ptrdiff_t>(v); };
+        bf16_dots_emulated(a, P(lda), P(n), b, P(ldb), P(m), P(k), c, P(ldc));
+    }
+};
+
+#if BIAFFINE_DETAIL_BF16_GEMM
+/// bf16 rows for A (and, in bf16_vnni_math, for the per-split products).
+template <std::size_t Step>
+struct bf16_rows_math {
+    using in_elem = bfloat16;
+    static std::size_t depth(std::size_t k) noexcept { return (k + Step - 1) / Step * Step; }
+
+    static void round_rows(const seq_view<const float>& src, bfloat16* dst, std::size_t ldd)
+    {
+        const auto P = [](std::size_t v) { return static_cast<std::ptrdiff_t>(v); };
+        std::size_t written = src.cols;  // then zeros up to the depth
+        if (src.col_stride == 1) {
+            pack_bf16_rows(src.data, src.row_stride, P(src.rows), P(src.cols), dst, P(ldd));
+            written = bf16_pairs(src.cols);
+        } else {
+            for (std::size_t i = 0; i < src.rows; ++i)
+                for (std::size_t p = 0; p < src.cols; ++p) dst[i * ldd + p] = bfloat16(src(i, p));
+        }
+        for (std::size_t i = 0; i < src.rows; ++i)
+            std::fill(dst + i * ldd + written, dst + i * ldd + depth(src.cols), bfloat16(0.0f));
+    }
+    static void pack_b(const float* b, std::ptrdiff_t rs, std::ptrdiff_t cs, std::size_t K, std::size_t M,
+                       typename bf16_weights<bfloat16>::buffer& out)
+    {
+        out.assign(bf16_gemm_packed_size(K, M, depth(K)), bfloat16(0.0f));
+        bf16_gemm_pack_b(b, rs, cs, K, M, out.data(), depth(K));
+    }
+};
+
+/// bf16 storage and VDPBF16PS: bf16_gemm, bf16_dots (AVX512_BF16 CPUs
+/// without AMX: Zen 4, Zen 5).
+struct bf16_vnni_math : bf16_rows_math<2> {
+    using dot_elem = bfloat16;
+    static constexpr const char* name = "avx512_bf16";
+    static std::size_t dot_depth(std::size_t k) noexcept { return bf16_pairs(k); }
+    static std::size_t score_packed(std::size_t, std::size_t) noexcept { return 0; }
+    static void scores(const bfloat16* va, std::size_t n, const bfloat16* t, std::size_t o, std::size_t hv,
+                       score_view<float> s, float*)
+    {
+        const auto P = [](std::size_t v) { return static_cast<std::ptrdiff_t>(v); };
+        const std::size_t ld = dot_depth(hv);
+        bf16_dots(va, P(ld), P(n), t, P(ld), P(n * o), P(hv), s.data, s.row_stride);
+    }
+    template <class Out>
+    static void gemm(const bfloat16* a, std::size_t lda, std::size_t N, std::size_t K, const typename bf16_weights<bfloat16>::buffer& b,
+                     std::size_t M, const float* bias, bool relu, Out* c, std::size_t ldc)
+    {
+        static_assert(std::is_same<Out, bfloat16>::value, "bf16_vnni_math keeps every row in bf16");
+        bf16_gemm(a, static_cast<std::ptrdiff_t>(lda), N, K, b.data(), M, bf16_gemm_epilogue{bias, relu}, nullptr, 0,
+                  c, static_cast<std::ptrdiff_t>(ldc));
+    }
+    static void dots(const bfloat16* a, std::size_t lda, std::size_t n, const bfloat16* b, std::size_t ldb,
+                     std::size_t m, std::size_t k, float* c, std::size_t ldc)
+    {
+        const auto P = [](std::size_t v) { return static_cast<std::ptrdiff_t>(v); };
+        bf16_dots(a, P(lda), P(n), b, P(ldb), P(m), P(k), c, P(ldc));
+    }
+};
+#endif
+
+#if BIAFFINE_DETAIL_AMX_BF16
+/// AMX tiles for the row-wise products (depth in steps of 32); V and T as
+/// floats holding bf16 values for the fp32 per-split kernel.
+struct bf16_amx_math : bf16_rows_math<32> {
+    using dot_elem = float;
+    static constexpr const char* name = "amx_bf16";
+    static std::size_t dot_depth(std::size_t k) noexcept { return k; }
+    static std::size_t score_packed(std::size_t hv, std::size_t max_len) noexcept
+    {
+        return float_score_packed(hv, max_len);
+    }
+    static void scores(const float* va, std::size_t n, const float* t, std::size_t o, std::size_t hv,
+                       score_view<float> s, float* packed)
+    {
+        float_split_scores(va, n, t, o, hv, s, packed);
+    }
+    template <class Out>
+    static void gemm(const bfloat16* a, std::size_t lda, std::size_t N, std::size_t K, const typename bf16_weights<bfloat16>::buffer& b,
+                     std::size_t M, const float* bias, bool relu, Out* c, std::size_t ldc)
+    {
+        const auto L = static_cast<std::ptrdiff_t>(lda), C = static_cast<std::ptrdiff_t>(ldc);
+        const bf16_gemm_epilogue ep{bias, relu};
+        constexpr bool to_bf16 = std::is_same<Out, bfloat16>::value;
+        if (amx_usable()) {
+            if constexpr (to_bf16) amx_gemm(a, L, N, depth(K), b.data(), M, ep, false, nullptr, 0, c, C);
+            else amx_gemm(a, L, N, depth(K), b.data(), M, ep, true, c, C);
+            return;
+        }
+        // Tiles withheld: the same products on VDPBF16PS (zeros past K add nothing).
+        if constexpr (to_bf16) {
+            bf16_gemm(a, L, N, depth(K), b.data(), M, ep, nullptr, 0, c, C);
+        } else {
+            bf16_gemm(a, L, N, depth(K), b.data(), M, ep, c, C);
+            for (std::size_t i = 0; i < N; ++i)
+                for (std::size_t j = 0; j < M; ++j) c[i * ldc + j] = round_to_bfloat16(c[i * ldc + j]);
+        }
+    }
+    static void dots(const float* a, std::size_t lda, std::size_t n, const float* b, std::size_t ldb, std::size_t m,
+                     std::size_t k, float* c, std::size_t ldc)
+    {
+        bf16_emulated_math::dots(a, lda, n, b, ldb, m, k, c, ldc);
+    }
+};
+using bf16_best_math = bf16_amx_math;
+#elif BIAFFINE_DETAIL_BF16_GEMM
+using bf16_best_math = bf16_vnni_math;
+#else
+using bf16_best_math = bf16_emulated_math;
+#endif
+
+/// The inference forward on Math's arithmetic (see the top of the file).
+template <class Math>
+struct bf16_forward {
+    using E = typename Math::in_elem;
+    using D = typename Math::dot_elem;
+    /// Rows read past the last of xb and ub (AMX reads whole tiles).
+    static constexpr std::size_t slack = 32;
+
+    static std::size_t dx(const scorer_dims& d) noexcept { return Math::depth(d.n_in); }
+    static std::size_t du(const scorer_dims& d) noexcept { return Math::depth(d.hu()); }
+    static std::size_t dv(const scorer_dims& d) noexcept { return Math::dot_depth(d.hv()); }
+    /// Bytes of one row of the group scratch: xb, ub, vb and o rows of tb.
+    static std::size_t row_bytes(const scorer_dims& d) noexcept
+    {
+        return (dx(d) + du(d)) * sizeof(E) + (1 + d.labels) * dv(d) * sizeof(D);
+    }
+    /// Rows of a group (BIAFFINE_BF16_GROUP_BYTES of scratch), at least one.
+    static std::size_t group_rows(const scorer_dims& d) noexcept
+    {
+        return std::max<std::size_t>(1, BIAFFINE_BF16_GROUP_BYTES / row_bytes(d));
+    }
+    /// Scratch bytes `run` needs for splits of at most max_len rows (its
+    /// start aligned to 64 bytes).
+    static std::size_t scratch_bytes(const scorer_dims& d, std::size_t max_len) noexcept
+    {
+        const std::size_t G = std::max(group_rows(d), max_len);
+        return (G + slack) * (dx(d) + du(d)) * sizeof(E) + G * (1 + d.labels) * dv(d) * sizeof(D) +
+               Math::score_packed(d.hv(), max_len) * sizeof(float) + 64;
+    }
+
+    /// The weights `w` as the products read them, rounded to bf16.
+    static void pack_weights(const scorer_dims& d, const weights_ref<float>& w, bf16_weights<E>& out)
+    {
+        const auto n_in = static_cast<std::ptrdiff_t>(d.n_in);
+        out.d = d;
+        Math::pack_b(w.wh, 1, n_in, d.n_in, d.hidden, out.wh);  // Wh^T: (k, m) = Wh[m, k]
+        Math::pack_b(w.wd, 1, n_in, d.n_in, d.hidden, out.wd);
+        // W' as [hu, o dv]: label l's [hu, hv] block, then a zero column, so
+        // that every label's row of T ends in the zero its pair wants.
+        const std::size_t hu = d.hu(), hv = d.hv(), o = d.labels, ldw = o * dv(d);
+        std::vector<float> wp(hu * ldw, 0.0f);
+        for (std::size_t l = 0; l < o; ++l)
+            for (std::size_t r = 0; r < hu; ++r)
+                std::copy_n(w.w + (l * hu + r) * hv, hv, wp.begin() + static_cast<std::ptrdiff_t>(r * ldw + l * dv(d)));
+        Math::pack_b(wp.data(), static_cast<std::ptrdiff_t>(ldw), 1, hu, ldw, out.w);
+        out.bh.assign(w.bh, w.bh + d.hidden);
+        out.bd.assign(w.bd, w.bd + d.hidden);
+    }
+
+    /// Splits `x(0) .. x(count - 1)` (seq_view<const float>, [n_k, n_in])
+    /// a group at a time; for each split k, each(k, vb, tb): its rows of V
+    /// [n_k, dv] and of T [n_k, o dv] (row stride o dv; label l of head j at
+    /// tb + (j o + l) dv), valid until `each` returns, and the scratch
+    /// split_scores needs. scratch: scratch_bytes(d, longest split) bytes.
+    template <class Get, class Each>
+    static void run(const bf16_weights<E>& w, Get&& x, std::size_t count, void* scratch, Each&& each)
+    {
+        const scorer_dims& d = w.d;
+        const std::size_t h = d.hidden, ldt = d.labels * dv(d);
+        std::size_t k0 = 0;
+        while (k0 < count) {
+            // The group: whole splits up to group_rows rows (at least one split).
+            std::size_t rows = x(k0).rows, k1 = k0 + 1;
+            while (k1 < count && rows + x(k1).rows <= group_rows(d)) rows += x(k1++).rows;
+            const std::size_t G = std::max(group_rows(d), rows);
+            auto* base = reinterpret_cast<unsigned char*>(
+                (reinterpret_cast<std::uintptr_t>(scratch) + 63) / 64 * 64);
+            E* xb = reinterpret_cast<E*>(base);
+            E* ub = xb + (G + slack) * dx(d);
+            D* vb = reinterpret_cast<D*>(ub + (G + slack) * du(d));
+            D* tb = vb + G * dv(d);
+            float* packed = reinterpret_cast<float*>(tb + G * ldt);
+            for (std::size_t k = k0, r = 0; k < k1; r += x(k++).rows) Math::round_rows(x(k), xb + r * dx(d), dx(d));
+            if (rows > 0) {
+                ones_and_pad(ub, rows, h, d.bias_u, du(d));
+                ones_and_pad(vb, rows, h, d.bias_v, dv(d));
+                Math::gemm(xb, dx(d), rows, d.n_in, w.wh, h, w.bh.data(), true, ub, du(d));
+                Math::gemm(xb, dx(d), rows, d.n_in, w.wd, h, w.bd.data(), true, vb, dv(d));
+                Math::gemm(ub, du(d), rows, d.hu(), w.w, ldt, nullptr, false, tb, ldt);
+            }
+            for (std::size_t k = k0, r = 0; k < k1; r += x(k++).rows)
+                each(k, static_cast<const D*>(vb + r * dv(d)), static_cast<const D*>(tb + r * ldt), packed);
+            k0 = k1;
+        }
+    }
+
+    /// One split's scores s [n, n o] (fp32) from its rows of V and T.
+    static void split_scores(const scorer_dims& d, const D* vb, const D* tb, float* packed, score_view<float> s)
+    {
+        if (s.n == 0) return;
+        Math::scores(vb, s.n, tb, d.labels, d.hv(), s, packed);
+    }
+
+    /// One split's labels at given heads: y [n, o] (fp32, unit column
+    /// stride), row m = V_m . T_{heads[m], l} for every label l (heads are
+    /// the split's own token indices).
+    static void head_scores(const scorer_dims& d, const D* vb, const D* tb, const std::size_t* heads, seq_view<float> y)
+    {
+        if (y.col_stride != 1) throw std::logic_error("bf16 head_scores: outputs need a unit column stride");
+        const std::size_t o = d.labels, ldt = o * dv(d);
+        for (std::size_t m = 0; m < y.rows; ++m)
+            Math::dots(vb + m * dv(d), dv(d), 1, tb + heads[m] * ldt, dv(d), o, d.hv(),
+                       y.data + static_cast<std::ptrdiff_t>(m) * y.row_stride, o);
+    }
+
+private:
+    // Columns past h of rows [rows, ld]: the ones column (with bias) and
+    // zeros up to the depth; the GEMM writes the first h.
+    template <class A>
+    static void ones_and_pad(A* a, std::size_t rows, std::size_t h, bool ones, std::size_t ld)
+    {
+        for (std::size_t i = 0; i < rows; ++i)
+            for (std::size_t c = h; c < ld; ++c) a[i * ld + c] = A(ones && c == h ? 1.0f : 0.0f);
+    }
+};
+
+}  // namespace detail
+BIAFFINE_NAMESPACE_END
