@@ -23,6 +23,7 @@
 //   detail/scorer_padded.hpp   the padded (reference-compatible) interface
 //   detail/scorer_heads.hpp    labels at given heads: its calls, costs and head lists
 //   detail/output_kind.hpp     the output kinds (full scores, labels at heads) as policies
+//   detail/scorer_bf16.hpp     inference in bf16 (compute_precision::bf16): its path and costs
 //   scorer_io.hpp              .npy save / load over parameters()
 // The arithmetic itself goes through the compute backend chosen in
 // detail/compute/backend.hpp.
@@ -57,6 +58,17 @@ enum class train_output {
     logits         ///< the scores themselves, for a stable loss such as cross_entropy_heads()
 };
 
+/// Arithmetic of a float scorer's inference (predict, predict_stream,
+/// predict_heads*, predict_padded*).
+enum class compute_precision {
+    fp32, ///< every product in the scorer's type (the default)
+    /// bf16 operands (inputs, weights, U, V, T rounded to nearest even), fp32
+    /// sums, bias, ReLU and outputs: AMX tiles or VDPBF16PS where the build
+    /// targets them, else emulated on the fp32 kernels (same rounding points;
+    /// detail/compute/bf16_forward.hpp). Training (forward*) stays fp32.
+    bf16
+};
+
 /// Hyper-parameters of a biaffine_scorer.
 struct scorer_config {
     std::size_t n_in = 0;     ///< width of the token representations
@@ -77,6 +89,8 @@ struct scorer_config {
     /// loss (loss.hpp) turns confident mistakes into finite gradients where
     /// `-1 / p` on an underflowed probability gives NaN.
     train_output train_outputs = train_output::probabilities;
+    /// Inference arithmetic (float scorers only; see compute_precision).
+    compute_precision precision = compute_precision::fp32;
 };
 
 /// The mask added to head columns past a sequence's length. -10000 as in the
@@ -155,6 +169,9 @@ public:
         }
         if (!(cfg.dropout >= 0.0 && cfg.dropout < 1.0)) {
             throw error(detail::msg("biaffine_scorer: dropout must be in [0, 1), got ", cfg.dropout));
+        }
+        if (cfg.precision == compute_precision::bf16 && !std::is_same<T, float>::value) {
+            throw error("biaffine_scorer: compute_precision::bf16 needs a float scorer (this one is double)");
         }
         // Every size the parameters and their gradients take, checked before
         // xtensor multiplies the shapes out unchecked.
@@ -552,6 +569,10 @@ private:
     std::size_t kept_output_offset(const saved_batch& sb, std::size_t k) const noexcept;
     template <class Kind, class Items, class Heads, class Dest, class Done>
     void predict_into(const Items& X, const Heads& H, Dest&& dest, Done&& done) const;
+    template <class Kind, class Items, class Heads, class Dest, class Done>
+    void predict_into_bf16(const Items& X, const Heads& H, Dest&& dest, Done&& done) const;
+    template <class Kind>
+    batch_cost kind_cost_bf16(std::size_t count, std::size_t max_len) const;
     template <class Kind, class Items, class Heads, class Dest>
     kind_backprop<Kind> forward_into(const Items& X, const Heads& H, mode m, Dest&& dest);
     template <class Kind>
@@ -616,4 +637,5 @@ BIAFFINE_NAMESPACE_END
 #include "biaffine/detail/scorer_forward.hpp"
 #include "biaffine/detail/scorer_padded.hpp"
 #include "biaffine/detail/scorer_heads.hpp"
+#include "biaffine/detail/scorer_bf16.hpp"
 #include "biaffine/scorer_io.hpp"

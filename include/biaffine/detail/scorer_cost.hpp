@@ -54,6 +54,12 @@ batch_cost biaffine_scorer<T>::kind_cost(std::size_t count, std::size_t max_len,
     // One split's output: predict_stream's buffer, or in training one
     // split's dS (and its recomputed output).
     const std::uint64_t one = scratch_bytes<T>(Kind::elements(max_len, o, what));
+    if (m == mode::eval && cfg_.precision == compute_precision::bf16) {
+        batch_cost b = kind_cost_bf16<Kind>(count, max_len);
+        b.outputs = c.outputs;
+        b.scratch = checked_add(b.scratch, one, what);  // the stream buffer, as below
+        return b;
+    }
     if (m == mode::eval) {
         // Offsets, head rows, X (when gathered), U, V, T (full scores: a
         // group of splits where the backend groups), the stream buffer and

@@ -301,6 +301,10 @@ void biaffine_scorer<T>::predict_into(const Items& X, const Heads& H, Dest&& des
 {
     check_items(X);
     detail::check_kind_heads<Kind>("scorer", X, H);
+    if (cfg_.precision == compute_precision::bf16) {
+        predict_into_bf16<Kind>(X, H, dest, done);
+        return;
+    }
     const std::size_t count = X.size(), o = cfg_.labels;
     scratch<std::size_t> off(count + 1);
     const std::size_t N = fill_offsets(X, off.data());

@@ -48,12 +48,12 @@ inline std::size_t bf16_gemm_packed_size(std::size_t K, std::size_t M, std::size
            std::max(depth, static_cast<std::size_t>(bf16_packed_depth(static_cast<std::ptrdiff_t>(K))));
 }
 
-/// Packs B (element (k, m) at b[k * rs + m * cs], K x M floats), rounded to
-/// bf16, into pair panels; rows past K (an odd K's pad) and columns past M
-/// are zero, and so are rows up to `depth` where it is larger (AMX's tiles
-/// read the depth in steps of 32). Weights: once per parameter version.
-inline void bf16_gemm_pack_b(const float* b, std::ptrdiff_t rs, std::ptrdiff_t cs, std::size_t K, std::size_t M,
-                             bfloat16* out, std::size_t depth = 0)
+/// Packs B [K, M] (element (k, m) = at(k, m), a float), rounded to bf16,
+/// into pair panels; rows past K (an odd K's pad) and columns past M are
+/// zero, and so are rows up to `depth` where it is larger (AMX's tiles read
+/// the depth in steps of 32). Weights: once per parameter version.
+template <class At>
+void bf16_gemm_pack(At&& at, std::size_t K, std::size_t M, bfloat16* out, std::size_t depth = 0)
 {
     const std::size_t pairs =
         std::max(depth, static_cast<std::size_t>(bf16_packed_depth(static_cast<std::ptrdiff_t>(K)))) / 2;
@@ -65,14 +65,22 @@ inline void bf16_gemm_pack_b(const float* b, std::ptrdiff_t rs, std::ptrdiff_t c
             for (std::size_t j = 0; j < bf16_gemm_panel; ++j) {
                 for (std::size_t e = 0; e < 2; ++e) {
                     const std::size_t k = 2 * p + e;
-                    const float x = j < w && k < K ? b[static_cast<std::ptrdiff_t>(k) * rs +
-                                                       static_cast<std::ptrdiff_t>(j0 + j) * cs]
-                                                   : 0.0f;
-                    dst[2 * j + e] = bfloat16(x);
+                    dst[2 * j + e] = bfloat16(j < w && k < K ? static_cast<float>(at(k, j0 + j)) : 0.0f);
                 }
             }
         }
     }
+}
+
+/// The same for B at b[k * rs + m * cs] (K x M floats).
+inline void bf16_gemm_pack_b(const float* b, std::ptrdiff_t rs, std::ptrdiff_t cs, std::size_t K, std::size_t M,
+                             bfloat16* out, std::size_t depth = 0)
+{
+    bf16_gemm_pack(
+        [&](std::size_t k, std::size_t m) {
+            return b[static_cast<std::ptrdiff_t>(k) * rs + static_cast<std::ptrdiff_t>(m) * cs];
+        },
+        K, M, out, depth);
 }
 
 /// What bf16_gemm does with a block of results: + bias [M] (or none),

@@ -36,7 +36,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -47,6 +46,7 @@
 #include "biaffine/detail/compute/bf16_emulated.hpp"
 #include "biaffine/detail/compute/eigen_backend.hpp"
 #include "biaffine/detail/compute/operands.hpp"
+#include "biaffine/detail/checked.hpp"
 #include "biaffine/tensor.hpp"
 
 #ifndef BIAFFINE_BF16_GROUP_BYTES
@@ -67,13 +67,13 @@ constexpr std::size_t bf16_pairs(std::size_t k) noexcept { return (k + 1) / 2 * 
 /// version by bf16_forward<Math>::pack_weights. E: Math::in_elem.
 template <class E>
 struct bf16_weights {
-    /// Aligned as Eigen aligns (64 bytes on AVX-512): AMX's tile rows are
-    /// 64 bytes and must not straddle cache lines.
-    using buffer = std::vector<E, Eigen::aligned_allocator<E>>;
+    /// On the tracked heap (a scorer's cost counts them), 64-byte aligned:
+    /// AMX's tile rows are 64 bytes and must not straddle cache lines.
+    using buffer = tracked_vector<E>;
     scorer_dims d;
     buffer wh, wd;  ///< B of X Wh^T, X Wd^T: [n_in, h]
     buffer w;       ///< B of U W': [hu, o dv], label l's columns l dv .. l dv + hv, then zeros
-    std::vector<float> bh, bd;
+    tracked_vector<float> bh, bd;
     /// Bytes held (the cost model counts them with the parameters).
     std::size_t bytes() const noexcept
     {
@@ -134,17 +134,17 @@ struct bf16_emulated_math {
             std::fill(dst + i * ldd + src.cols, dst + i * ldd + depth(src.cols), 0.0f);
         }
     }
-    /// B [K, M] (element (k, m) at b[k rs + m cs]) rounded, kept row-major
+    /// B [K, M] (element (k, m) = at(k, m)) rounded, kept row-major
     /// [depth(K), M] with zero rows past K.
-    static void pack_b(const float* b, std::ptrdiff_t rs, std::ptrdiff_t cs, std::size_t K, std::size_t M,
-                       typename bf16_weights<float>::buffer& out)
+    template <class At>
+    static void pack_b(At&& at, std::size_t K, std::size_t M, typename bf16_weights<float>::buffer& out)
     {
         out.assign(depth(K) * M, 0.0f);
         for (std::size_t k = 0; k < K; ++k)
-            for (std::size_t m = 0; m < M; ++m)
-                out[k * M + m] =
-                    round_to_bfloat16(b[static_cast<std::ptrdiff_t>(k) * rs + static_cast<std::ptrdiff_t>(m) * cs]);
+            for (std::size_t m = 0; m < M; ++m) out[k * M + m] = round_to_bfloat16(static_cast<float>(at(k, m)));
     }
+    /// Elements pack_b allocates.
+    static std::size_t packed_size(std::size_t K, std::size_t M) noexcept { return depth(K) * M; }
     /// c [N, M] (row stride ldc) = round(relu?(a [N, K] B + bias)); NaN kept by the ReLU.
     static void gemm(const float* a, std::size_t lda, std::size_t N, std::size_t K, const typename bf16_weights<float>::buffer& b,
                      std::size_t M, const float* bias, bool relu, float* c, std::size_t ldc)
@@ -192,11 +192,15 @@ struct bf16_rows_math {
         for (std::size_t i = 0; i < src.rows; ++i)
             std::fill(dst + i * ldd + written, dst + i * ldd + depth(src.cols), bfloat16(0.0f));
     }
-    static void pack_b(const float* b, std::ptrdiff_t rs, std::ptrdiff_t cs, std::size_t K, std::size_t M,
-                       typename bf16_weights<bfloat16>::buffer& out)
+    template <class At>
+    static void pack_b(At&& at, std::size_t K, std::size_t M, typename bf16_weights<bfloat16>::buffer& out)
     {
-        out.assign(bf16_gemm_packed_size(K, M, depth(K)), bfloat16(0.0f));
-        bf16_gemm_pack_b(b, rs, cs, K, M, out.data(), depth(K));
+        out.assign(packed_size(K, M), bfloat16(0.0f));
+        bf16_gemm_pack(at, K, M, out.data(), depth(K));
+    }
+    static std::size_t packed_size(std::size_t K, std::size_t M) noexcept
+    {
+        return bf16_gemm_packed_size(K, M, depth(K));
     }
 };
 
@@ -302,50 +306,70 @@ struct bf16_forward {
     {
         return std::max<std::size_t>(1, BIAFFINE_BF16_GROUP_BYTES / row_bytes(d));
     }
-    /// Scratch bytes `run` needs for splits of at most max_len rows (its
-    /// start aligned to 64 bytes).
-    static std::size_t scratch_bytes(const scorer_dims& d, std::size_t max_len) noexcept
+    /// Rows a group holds for a batch of `rows` rows in all whose longest
+    /// split has max_len: group_rows, or fewer for a smaller batch, or one
+    /// longer split.
+    static std::size_t capacity(const scorer_dims& d, std::uint64_t rows, std::size_t max_len) noexcept
     {
-        const std::size_t G = std::max(group_rows(d), max_len);
-        return (G + slack) * (dx(d) + du(d)) * sizeof(E) + G * (1 + d.labels) * dv(d) * sizeof(D) +
-               Math::score_packed(d.hv(), max_len) * sizeof(float) + 64;
+        return std::max<std::size_t>(static_cast<std::size_t>(std::min<std::uint64_t>(group_rows(d), rows)), max_len);
+    }
+    /// Scratch bytes `run` needs at a capacity of G rows (its start aligned
+    /// to 64 bytes within them).
+    static std::uint64_t scratch_bytes(const scorer_dims& d, std::size_t G, std::size_t max_len)
+    {
+        const char* what = "bf16 scratch";
+        const std::uint64_t in = checked_product(what, checked_add(G, slack, what), dx(d) + du(d), sizeof(E));
+        const std::uint64_t dot = checked_product(what, G, 1 + d.labels, dv(d), sizeof(D));
+        const std::uint64_t packed = checked_mul(Math::score_packed(d.hv(), max_len), sizeof(float), what);
+        return checked_add(checked_add(in, dot, what), checked_add(packed, 64, what), what);
     }
 
-    /// The weights `w` as the products read them, rounded to bf16.
+    /// The weights `w` as the products read them, rounded to bf16 (no
+    /// temporaries: what it holds is weights_bytes(d)).
     static void pack_weights(const scorer_dims& d, const weights_ref<float>& w, bf16_weights<E>& out)
     {
-        const auto n_in = static_cast<std::ptrdiff_t>(d.n_in);
+        const std::size_t n_in = d.n_in, hu = d.hu(), hv = d.hv(), ld = dv(d);
         out.d = d;
-        Math::pack_b(w.wh, 1, n_in, d.n_in, d.hidden, out.wh);  // Wh^T: (k, m) = Wh[m, k]
-        Math::pack_b(w.wd, 1, n_in, d.n_in, d.hidden, out.wd);
-        // W' as [hu, o dv]: label l's [hu, hv] block, then a zero column, so
-        // that every label's row of T ends in the zero its pair wants.
-        const std::size_t hu = d.hu(), hv = d.hv(), o = d.labels, ldw = o * dv(d);
-        std::vector<float> wp(hu * ldw, 0.0f);
-        for (std::size_t l = 0; l < o; ++l)
-            for (std::size_t r = 0; r < hu; ++r)
-                std::copy_n(w.w + (l * hu + r) * hv, hv, wp.begin() + static_cast<std::ptrdiff_t>(r * ldw + l * dv(d)));
-        Math::pack_b(wp.data(), static_cast<std::ptrdiff_t>(ldw), 1, hu, ldw, out.w);
+        // Wh^T, Wd^T: (k, m) = W[m, k].
+        Math::pack_b([&](std::size_t k, std::size_t m) { return w.wh[m * n_in + k]; }, n_in, d.hidden, out.wh);
+        Math::pack_b([&](std::size_t k, std::size_t m) { return w.wd[m * n_in + k]; }, n_in, d.hidden, out.wd);
+        // W' as [hu, o dv]: label l's [hu, hv] block, then zero columns up to
+        // dv, so that every label's row of T ends in the zeros its depth wants.
+        Math::pack_b(
+            [&](std::size_t r, std::size_t m) {
+                const std::size_t l = m / ld, c = m % ld;
+                return c < hv ? w.w[(l * hu + r) * hv + c] : 0.0f;
+            },
+            hu, d.labels * ld, out.w);
         out.bh.assign(w.bh, w.bh + d.hidden);
         out.bd.assign(w.bd, w.bd + d.hidden);
+    }
+    /// Bytes pack_weights allocates (as the tracker counts them).
+    static std::uint64_t weights_bytes(const scorer_dims& d)
+    {
+        const char* what = "bf16 weights";
+        const std::uint64_t e = checked_add(checked_mul(2, Math::packed_size(d.n_in, d.hidden), what),
+                                            Math::packed_size(d.hu(), checked_product(what, d.labels, dv(d))), what);
+        return checked_add(checked_mul(e, sizeof(E), what), checked_mul(2 * d.hidden, sizeof(float), what), what);
     }
 
     /// Splits `x(0) .. x(count - 1)` (seq_view<const float>, [n_k, n_in])
     /// a group at a time; for each split k, each(k, vb, tb): its rows of V
     /// [n_k, dv] and of T [n_k, o dv] (row stride o dv; label l of head j at
     /// tb + (j o + l) dv), valid until `each` returns, and the scratch
-    /// split_scores needs. scratch: scratch_bytes(d, longest split) bytes.
+    /// split_scores needs. scratch: scratch_bytes(d, G, longest split)
+    /// bytes, G = capacity(d, rows of every split, longest split).
     template <class Get, class Each>
-    static void run(const bf16_weights<E>& w, Get&& x, std::size_t count, void* scratch, Each&& each)
+    static void run(const bf16_weights<E>& w, Get&& x, std::size_t count, void* scratch, std::size_t G, Each&& each)
     {
         const scorer_dims& d = w.d;
         const std::size_t h = d.hidden, ldt = d.labels * dv(d);
         std::size_t k0 = 0;
         while (k0 < count) {
-            // The group: whole splits up to group_rows rows (at least one split).
+            // The group: whole splits up to G rows (one split at least; G
+            // holds the longest).
             std::size_t rows = x(k0).rows, k1 = k0 + 1;
-            while (k1 < count && rows + x(k1).rows <= group_rows(d)) rows += x(k1++).rows;
-            const std::size_t G = std::max(group_rows(d), rows);
+            while (k1 < count && rows + x(k1).rows <= G) rows += x(k1++).rows;
             auto* base = reinterpret_cast<unsigned char*>(
                 (reinterpret_cast<std::uintptr_t>(scratch) + 63) / 64 * 64);
             E* xb = reinterpret_cast<E*>(base);
@@ -374,16 +398,21 @@ struct bf16_forward {
         Math::scores(vb, s.n, tb, d.labels, d.hv(), s, packed);
     }
 
-    /// One split's labels at given heads: y [n, o] (fp32, unit column
-    /// stride), row m = V_m . T_{heads[m], l} for every label l (heads are
-    /// the split's own token indices).
+    /// One split's labels at given heads: y [n, o] (fp32, any strides), row
+    /// m = V_m . T_{heads[m], l} for every label l (heads are the split's
+    /// own token indices).
     static void head_scores(const scorer_dims& d, const D* vb, const D* tb, const std::size_t* heads, seq_view<float> y)
     {
-        if (y.col_stride != 1) throw std::logic_error("bf16 head_scores: outputs need a unit column stride");
         const std::size_t o = d.labels, ldt = o * dv(d);
-        for (std::size_t m = 0; m < y.rows; ++m)
-            Math::dots(vb + m * dv(d), dv(d), 1, tb + heads[m] * ldt, dv(d), o, d.hv(),
-                       y.data + static_cast<std::ptrdiff_t>(m) * y.row_stride, o);
+        for (std::size_t m = 0; m < y.rows; ++m) {
+            const D* v = vb + m * dv(d);
+            const D* t = tb + heads[m] * ldt;
+            if (y.col_stride == 1) {
+                Math::dots(v, dv(d), 1, t, dv(d), o, d.hv(), &y(m, 0), o);
+            } else {
+                for (std::size_t l = 0; l < o; ++l) Math::dots(v, dv(d), 1, t + l * dv(d), dv(d), 1, d.hv(), &y(m, l), 1);
+            }
+        }
     }
 
 private:

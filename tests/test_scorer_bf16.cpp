@@ -1,0 +1,229 @@
+// Tests of a float scorer's inference in bf16 (compute_precision::bf16,
+// detail/scorer_bf16.hpp): every inference call against a double reference
+// within the bound of bf16's rounding (bf16_reference.hpp), the calls against
+// each other, the memory it reports against what it takes, and what it
+// refuses.
+#include <catch2/catch.hpp>
+
+#include <biaffine/biaffine.hpp>
+
+#include "bf16_reference.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+using namespace biaffine;
+using bf16_test::bf16_reference;
+using bf16_test::make_problem;
+using bf16_test::problem;
+
+namespace {
+
+biaffine_scorer<float> scorer_of(const problem& p, compute_precision prec)
+{
+    scorer_config cfg;
+    cfg.n_in = p.d.n_in;
+    cfg.hidden = p.d.hidden;
+    cfg.labels = p.d.labels;
+    cfg.bias_u = p.d.bias_u;
+    cfg.bias_v = p.d.bias_v;
+    cfg.precision = prec;
+    biaffine_scorer<float> s(cfg);
+    const auto tensor_of = [](const std::vector<float>& v, std::vector<std::size_t> shape) {
+        xt::xarray<float> a = xt::adapt(v, shape);
+        return a;
+    };
+    s.set_parameter("head_weight", tensor_of(p.wh, {p.d.hidden, p.d.n_in}));
+    s.set_parameter("head_bias", tensor_of(p.bh, {p.d.hidden}));
+    s.set_parameter("dependent_weight", tensor_of(p.wd, {p.d.hidden, p.d.n_in}));
+    s.set_parameter("dependent_bias", tensor_of(p.bd, {p.d.hidden}));
+    s.set_parameter("bilinear_weight", tensor_of(p.w, {p.d.labels, p.d.hu(), p.d.hv()}));
+    return s;
+}
+
+std::vector<seq_view<const float>> items_of(const problem& p)
+{
+    std::vector<seq_view<const float>> items;
+    for (std::size_t k = 0; k < p.lengths.size(); ++k)
+        items.push_back({p.x[k].data(), p.lengths[k], p.d.n_in, static_cast<std::ptrdiff_t>(p.d.n_in), 1});
+    return items;
+}
+
+std::vector<std::vector<int>> heads_of(const problem& p)
+{
+    std::vector<std::vector<int>> H;
+    std::uint32_t state = 12345;
+    for (std::size_t n : p.lengths) {
+        H.emplace_back(n);
+        for (auto& h : H.back()) {
+            state = state * 1103515245u + 12345u;
+            h = static_cast<int>((state >> 8) % n);
+        }
+    }
+    return H;
+}
+
+std::vector<problem> cases()
+{
+    return {
+        make_problem(48, 24, 1, true, true, {6, 1, 19, 0, 33, 12}, 11),
+        make_problem(31, 17, 4, true, false, {9, 14, 3}, 12),
+        make_problem(256, 128, 3, true, true, {25, 40, 7}, 13),
+    };
+}
+
+}  // namespace
+
+TEST_CASE("bf16 inference: predict and predict_heads within the bound of bf16 rounding", "[scorer_bf16]")
+{
+    for (const problem& p : cases()) {
+        const auto s = scorer_of(p, compute_precision::bf16);
+        const auto items = items_of(p);
+        const auto H = heads_of(p);
+        const score_list<float> Y = s.predict(items);
+        const score_list<float> L = s.predict_heads(items, H);
+        const std::size_t o = p.d.labels;
+        std::size_t out = 0, checked = 0;
+        for (std::size_t k = 0; k < p.lengths.size(); ++k) {
+            const auto ref = bf16_reference(p, k, true, std::ldexp(1.0, -8));
+            const std::size_t n = p.lengths[k];
+            REQUIRE(Y[k].size() == n * n * o);
+            for (std::size_t i = 0; i < n * n * o; ++i, ++checked)
+                out += std::fabs(double(Y[k].data()[i]) - ref.s[i]) > ref.bound[i] ? 1 : 0;
+            for (std::size_t m = 0; m < n; ++m)
+                for (std::size_t l = 0; l < o; ++l, ++checked) {
+                    const std::size_t i = (m * n + static_cast<std::size_t>(H[k][m])) * o + l;
+                    out += std::fabs(double(L[k].data()[m * o + l]) - ref.s[i]) > ref.bound[i] ? 1 : 0;
+                }
+        }
+        INFO(checked << " values");
+        CHECK(checked > 0);
+        CHECK(out == 0);
+    }
+}
+
+TEST_CASE("bf16 inference: the fp32 default is not it, and bf16 moves scores by bf16's rounding only",
+          "[scorer_bf16]")
+{
+    // The same weights in fp32 and bf16: they differ (bf16 rounds), by no
+    // more than the bf16 bound around the exact scores plus fp32's.
+    const problem p = cases()[2];
+    const auto s32 = scorer_of(p, compute_precision::fp32);
+    const auto s16 = scorer_of(p, compute_precision::bf16);
+    const auto items = items_of(p);
+    const score_list<float> a = s32.predict(items), b = s16.predict(items);
+    std::size_t differ = 0, out = 0;
+    for (std::size_t k = 0; k < items.size(); ++k) {
+        const auto r16 = bf16_reference(p, k, true, std::ldexp(1.0, -8));
+        const auto r32 = bf16_reference(p, k, false, std::ldexp(1.0, -24));
+        for (std::size_t i = 0; i < a[k].size(); ++i) {
+            differ += a[k].data()[i] != b[k].data()[i] ? 1 : 0;
+            // |b - a| <= |b - r16| + |r16 - exact| + |exact - a|: bf16's
+            // bound, the operands' rounding (the two references in double),
+            // fp32's bound.
+            const double allowed = r16.bound[i] + std::fabs(r16.s[i] - r32.s[i]) + r32.bound[i];
+            out += std::fabs(double(a[k].data()[i]) - double(b[k].data()[i])) > allowed ? 1 : 0;
+        }
+    }
+    CHECK(differ > 0);
+    CHECK(out == 0);
+}
+
+TEST_CASE("bf16 inference: streams, padded calls and split lists give the same bytes", "[scorer_bf16]")
+{
+    for (const problem& p : cases()) {
+        const auto s = scorer_of(p, compute_precision::bf16);
+        const auto items = items_of(p);
+        const auto H = heads_of(p);
+        const score_list<float> Y = s.predict(items);
+        const score_list<float> L = s.predict_heads(items, H);
+        std::size_t calls = 0;
+        s.predict_stream(items, [&](std::size_t k, score_view<const float> v) {
+            ++calls;
+            REQUIRE(v.n == p.lengths[k]);
+            for (std::size_t m = 0; m < v.n; ++m)
+                for (std::size_t j = 0; j < v.n * v.labels; ++j)
+                    CHECK(v.data[static_cast<std::ptrdiff_t>(m) * v.row_stride + static_cast<std::ptrdiff_t>(j)] ==
+                          Y[k].data()[m * v.n * v.labels + j]);
+        });
+        CHECK(calls == items.size());
+        s.predict_heads_stream(items, H, [&](std::size_t k, seq_view<const float> v) {
+            for (std::size_t m = 0; m < v.rows; ++m)
+                for (std::size_t l = 0; l < v.cols; ++l) CHECK(v(m, l) == L[k].data()[m * v.cols + l]);
+        });
+        // Padded: [b, L, n_in] with the lengths; the cells inside each
+        // sequence are the split's scores (padding aside, the same batch).
+        std::size_t Lmax = 0;
+        for (std::size_t n : p.lengths) Lmax = std::max(Lmax, n);
+        xt::xtensor<float, 3> x = xt::zeros<float>({p.lengths.size(), Lmax, p.d.n_in});
+        for (std::size_t k = 0; k < p.lengths.size(); ++k)
+            for (std::size_t i = 0; i < p.lengths[k] * p.d.n_in; ++i) x(k, i / p.d.n_in, i % p.d.n_in) = p.x[k][i];
+        xt::xtensor<std::size_t, 1> lens = xt::adapt(p.lengths, {p.lengths.size()});
+        const auto P = s.predict_padded(x, lens);
+        const std::size_t o = p.d.labels;
+        for (std::size_t k = 0; k < p.lengths.size(); ++k) {
+            const std::size_t n = p.lengths[k];
+            for (std::size_t m = 0; m < n; ++m)
+                for (std::size_t j = 0; j < n; ++j)
+                    for (std::size_t l = 0; l < o; ++l) {
+                        const float padded = o == 1 ? P(k, m, j) : P(k, m, j, l);
+                        CHECK(padded == Y[k].data()[(m * n + j) * o + l]);
+                    }
+        }
+    }
+}
+
+TEST_CASE("bf16 inference: the cost it reports is what it takes", "[scorer_bf16]")
+{
+    // Splits of one length, so that cost(count, L) is the batch exactly: the
+    // scratch all carved from a workspace of cost().scratch, the packed
+    // weights (cost().heap) the only other bytes, exactly.
+    const problem p = make_problem(40, 20, 3, true, true, {15, 15, 15, 15}, 21);
+    const auto s = scorer_of(p, compute_precision::bf16);
+    const auto items = items_of(p);
+    const auto H = heads_of(p);
+    const std::size_t L = 15, count = items.size();
+    for (bool heads : {false, true}) {
+        INFO((heads ? "predict_heads_stream" : "predict_stream"));
+        const batch_cost c = heads ? s.heads_cost(count, L, mode::eval) : s.cost(count, L, mode::eval);
+        CHECK(c.heap > 0);
+        workspace_scope ws(c.scratch);
+        scoped_peak sp;
+        const memory_stats s0 = tracker().stats();
+        if (heads) {
+            s.predict_heads_stream(items, H, [](std::size_t, seq_view<const float>) {});
+        } else {
+            s.predict_stream(items, [](std::size_t, score_view<const float>) {});
+        }
+        CHECK(sp.work_peak_bytes() == s0.current_bytes - s0.output_bytes + c.heap);
+        CHECK(tracker().stats().output_bytes == s0.output_bytes);
+    }
+    // The batch's scratch in bf16 is smaller than in fp32 (bf16 rows); the
+    // heap holds the weights' bf16 copy.
+    const auto s32 = scorer_of(p, compute_precision::fp32);
+    CHECK(s.cost(count, L).scratch < s32.cost(count, L).scratch);
+}
+
+TEST_CASE("bf16 inference: what it refuses", "[scorer_bf16]")
+{
+    scorer_config cfg;
+    cfg.n_in = 8;
+    cfg.hidden = 4;
+    cfg.precision = compute_precision::bf16;
+    try {
+        biaffine_scorer<double> d(cfg);
+        FAIL("a double scorer took compute_precision::bf16");
+    } catch (const error& e) {
+        CHECK(std::string(e.what()).find("needs a float scorer") != std::string::npos);
+    }
+    biaffine_scorer<float> s(cfg);
+    const std::vector<float> x(3 * 7, 0.5f);
+    const std::vector<seq_view<const float>> bad{{x.data(), 3, 7, 7, 1}};
+    CHECK_THROWS_AS(s.predict(bad), shape_error);  // the same checks as fp32, before any bf16 work
+    const std::vector<float> ok(3 * 8, 0.5f);
+    const std::vector<seq_view<const float>> items{{ok.data(), 3, 8, 8, 1}};
+    const std::vector<std::vector<int>> H{{0, 5, 1}};
+    CHECK_THROWS_AS(s.predict_heads(items, H), head_error);
+}
