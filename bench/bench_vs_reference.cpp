@@ -57,6 +57,7 @@
 
 #include "biaffine/detail/eigen.hpp"  // Eigen, without GCC 12's AVX-512 false positives
 #include <biaffine/biaffine.hpp>
+#include <biaffine/detail/compute/amx_bf16_gemm.hpp>
 
 #include "common.hpp"
 #include "workload.hpp"
@@ -94,13 +95,14 @@ struct options : bb::common_flags {
     int blas_threads = 0;  // 0: the case's thread count
     bool keep_blas_core = false;  // read in main() before parsing: no re-exec for OpenBLAS's core
     std::vector<std::string> lengths_from;  // CoNLL-U files: split lengths and documents from them
+    std::string precision = "fp32";  // bf16: ours_bf16 and gemm_bf16 beside ours and the fp32 GEMMs
     bb::treebank_lengths treebank;
     options() { labels = {1}; }
     void add_flags(bb::flag_table& t)
     {
         t.add("--impls", impls).add("--reps", reps).add("--case-seconds", case_seconds);
         t.add("--ref-items", ref_items).add("--blas-threads", blas_threads).add("--keep-blas-core", keep_blas_core);
-        t.add("--lengths-from", lengths_from);
+        t.add("--lengths-from", lengths_from).add("--precision", precision);
     }
 };
 
@@ -140,6 +142,10 @@ Usage: bench_vs_reference [flags]
                      generated log-normal ones: each case's document is the files'
                      sentences in order, repeated to its token count; ours gets
                      one document per # newdoc
+  --precision P      fp32 (default) or bf16: adds ours_bf16 (the same scorer with
+                     compute_precision::bf16, inference cases) and gemm_bf16 (a bf16
+                     GEMM of the same FLOPs: AMX tiles or VDPBF16PS, the bf16
+                     roofline) to every case
   --keep-blas-core   don't re-run with OPENBLAS_CORETYPE when OpenBLAS picked kernels
                      older than the CPU's ISA (the report then warns loudly)
   --max-gb X         skip an implementation whose predicted memory exceeds X GiB (default 8)
@@ -167,8 +173,16 @@ options parse(int argc, char** argv)
             }
         }
     }
+    if (o.precision != "fp32" && o.precision != "bf16") {
+        std::cerr << "bench_vs_reference: --precision takes fp32 or bf16, not " << o.precision << "\n";
+        std::exit(2);
+    }
+    if (o.precision == "bf16") {
+        for (const char* i : {"ours_bf16", "gemm_bf16"})
+            if (std::find(o.impls.begin(), o.impls.end(), i) == o.impls.end()) o.impls.push_back(i);
+    }
     static const std::set<std::string> known{"ours", "eigen_naive", "torch_naive", "torch_batched", "gemm",
-                                             "blas_gemm", "blas_shapes"};
+                                             "blas_gemm", "blas_shapes", "ours_bf16", "gemm_bf16"};
     for (const auto& i : o.impls) {
         if (!known.count(i)) {
             std::cerr << "bench_vs_reference: unknown implementation " << i << "\n";
@@ -271,13 +285,15 @@ struct shared_case {
     std::vector<std::vector<int>> view_lens;
     std::vector<std::size_t> view_rows;
     std::unique_ptr<biaffine::biaffine_scorer<float>> scorer;
+    std::unique_ptr<biaffine::biaffine_scorer<float>> scorer_bf16;  // the same parameters, compute_precision::bf16
     double true_gflop = 0;
     const float* doc() const { return docs[0].data(); }
 };
 
 // ---- ours
 
-impl make_ours(shared_case& c, std::uint64_t budget, std::size_t* effective_threads)
+impl make_ours(shared_case& c, std::uint64_t budget, std::size_t* effective_threads,
+               biaffine::biaffine_scorer<float>& scorer, const std::string& name)
 {
     struct state {
         biaffine::score_list<float> Y;
@@ -289,10 +305,10 @@ impl make_ours(shared_case& c, std::uint64_t budget, std::size_t* effective_thre
     using model_t = decltype(biaffine::with_splits(biaffine::with_minibatch_by_padded_size(
         std::declval<biaffine::biaffine_scorer<float>&>(), biaffine::budget::items(1), opts)));
     auto model = std::make_shared<model_t>(
-        biaffine::with_splits(biaffine::with_minibatch_by_padded_size(*c.scorer, biaffine::budget::bytes(budget), opts)));
+        biaffine::with_splits(biaffine::with_minibatch_by_padded_size(scorer, biaffine::budget::bytes(budget), opts)));
     impl i;
-    i.name = "ours";
-    i.description = "ours (batched, " + fmt("%g", static_cast<double>(budget) / bb::mib) + " MiB budget, " +
+    i.name = name;
+    i.description = name + " (batched, " + fmt("%g", static_cast<double>(budget) / bb::mib) + " MiB budget, " +
                     std::to_string(*effective_threads) + " thread" + (*effective_threads > 1 ? "s" : "") + ")";
     i.executed_gflop = c.true_gflop;
     const double o = static_cast<double>(c.cfg.labels);
@@ -678,6 +694,69 @@ impl make_gemm(const shared_case& c, int threads)
     return i;
 }
 
+/// The same FLOPs as a bf16 GEMM [M, 1024] x [1024, 1024] -> fp32 on this
+/// library's bf16 kernels (AMX tiles where the build and Linux allow them,
+/// else VDPBF16PS): the bf16 roofline ours_bf16 is held to.
+impl make_gemm_bf16(const shared_case& c, int threads)
+{
+    impl i;
+    i.name = "gemm_bf16";
+#if BIAFFINE_DETAIL_BF16_GEMM
+    namespace bd = biaffine::detail;
+    const std::size_t K = 1024, N = 1024;
+    const double flops = c.true_gflop * 1e9;
+    const std::size_t M = std::max<std::size_t>(256, static_cast<std::size_t>(flops / (2.0 * K * N)));
+    struct state {
+        biaffine::tracked_vector<biaffine::bfloat16> A, B;
+        std::vector<float> C;
+    };
+    auto st = std::make_shared<state>();
+    const RM a = RM::Random(static_cast<Eigen::Index>(M + bd::amx_row_slack), K), b = RM::Random(K, N);
+    st->A.resize(a.size());
+    for (Eigen::Index e = 0; e < a.size(); ++e) st->A[static_cast<std::size_t>(e)] = biaffine::bfloat16(a.data()[e]);
+    st->B.resize(bd::bf16_gemm_packed_size(K, N, 32));
+    bd::bf16_gemm_pack_b(b.data(), static_cast<std::ptrdiff_t>(N), 1, K, N, st->B.data(), 32);
+    st->C.resize(M * N);
+#if BIAFFINE_DETAIL_AMX_BF16
+    const bool amx = bd::amx_usable();
+#else
+    const bool amx = false;
+#endif
+    i.description = std::string(amx ? "AMX" : "VDPBF16PS") + " bf16 GEMM [" + std::to_string(M) +
+                    ", 1024] x [1024, 1024] -> fp32 (same FLOPs, " + std::to_string(threads) + " thread" +
+                    (threads > 1 ? "s" : "") + ")";
+    i.executed_gflop = 2.0 * static_cast<double>(M) * K * N / 1e9;
+    i.predicted_bytes = static_cast<double>(M) * (K + 2 * N) * 2;
+    i.run = [st, M, N, K, threads, amx] {
+        auto part = [&](int t) {
+            const std::size_t r0 = M * static_cast<std::size_t>(t) / static_cast<std::size_t>(threads),
+                              r1 = M * static_cast<std::size_t>(t + 1) / static_cast<std::size_t>(threads);
+            const biaffine::bfloat16* a = st->A.data() + r0 * K;
+            float* cc = st->C.data() + r0 * N;
+#if BIAFFINE_DETAIL_AMX_BF16
+            if (amx) {
+                bd::amx_gemm(a, K, r1 - r0, K, st->B.data(), N, {}, false, cc, N);
+                return;
+            }
+#endif
+            (void)amx;
+            bd::bf16_gemm(a, K, r1 - r0, K, st->B.data(), N, {}, cc, N);
+        };
+        std::vector<std::thread> pool;
+        for (int t = 1; t < threads; ++t) pool.emplace_back(part, t);
+        part(0);
+        for (auto& th : pool) th.join();
+    };
+    i.release = [] {};
+#else
+    (void)c;
+    (void)threads;
+    i.description = "bf16 GEMM";
+    i.skipped = "not built for AVX512_BF16";
+#endif
+    return i;
+}
+
 /// The same GEMM through libtorch (torch::mm -> the BLAS it loaded): how fast
 /// the reference's own matrix products can go on this machine.
 impl make_blas_gemm(const shared_case& c)
@@ -798,6 +877,11 @@ std::string run_case(const options& opt, case_cfg cfg, std::ostream& log, bool j
         c.view_lens.emplace_back(c.w.splits.begin() + std::ptrdiff_t(k), c.w.splits.begin() + std::ptrdiff_t(k + doc_splits[d]));
     }
     c.scorer = std::make_unique<biaffine::biaffine_scorer<float>>(bb::scorer_config_for(cfg.labels));
+    {
+        biaffine::scorer_config c16 = bb::scorer_config_for(cfg.labels);  // same seed: the same parameters
+        c16.precision = biaffine::compute_precision::bf16;
+        c.scorer_bf16 = std::make_unique<biaffine::biaffine_scorer<float>>(c16);
+    }
     c.true_gflop = bb::true_flops(c.w.d, c.w.splits, cfg.train) / 1e9;
 
     torch::set_num_threads(cfg.threads);
@@ -808,7 +892,13 @@ std::string run_case(const options& opt, case_cfg cfg, std::ostream& log, bool j
     std::size_t ours_threads = 1;
     std::vector<impl> impls;
     for (const auto& name : opt.impls) {
-        if (name == "ours") impls.push_back(make_ours(c, budget, &ours_threads));
+        if (name == "ours") impls.push_back(make_ours(c, budget, &ours_threads, *c.scorer, "ours"));
+        if (name == "ours_bf16") {
+            std::size_t t = 1;
+            impls.push_back(make_ours(c, budget, &t, *c.scorer_bf16, "ours_bf16"));
+            if (cfg.train) impls.back().skipped = "bf16 is inference only (training stays fp32)";
+        }
+        if (name == "gemm_bf16") impls.push_back(make_gemm_bf16(c, cfg.threads));
         if (name == "eigen_naive") impls.push_back(make_eigen_naive(c));
         if (name == "torch_naive") impls.push_back(make_torch(c, false, opt.ref_items));
         if (name == "torch_batched") impls.push_back(make_torch(c, true, opt.ref_items));
@@ -945,7 +1035,7 @@ std::string run_case(const options& opt, case_cfg cfg, std::ostream& log, bool j
             bb::json_line j;
             j.add("case", title.str()).add("impl", i.name).add("tokens", static_cast<std::uint64_t>(cfg.tokens))
                 .add("labels", static_cast<std::uint64_t>(cfg.labels)).add("train", cfg.train)
-                .add("threads", i.name == "ours" ? static_cast<int>(ours_threads) : cfg.threads)
+                .add("threads", i.name == "ours" || i.name == "ours_bf16" ? static_cast<int>(ours_threads) : cfg.threads)
                 .add("threads_requested", cfg.threads)
                 .add("median_seconds", med).add("min_seconds", mn).add("median_cpu_seconds", bb::median(i.cpu_times)).add("reps", static_cast<std::uint64_t>(i.times.size()))
                 .add("gflop", c.true_gflop).add("executed_gflop", i.executed_gflop).add("gflops", gflops)
@@ -1038,6 +1128,24 @@ std::string run_case(const options& opt, case_cfg cfg, std::ostream& log, bool j
                    << " of the roofline; ours = " << fmt("%.0f%%", 100 * ours_gflops / bsg) << " of it\n";
                 summary.add("blas_shapes_gflops", bsg).add("blas_shapes_fraction_of_roofline", bsg / roof);
             }
+        }
+        if (impl* o16 = find("ours_bf16")) {
+            const double med16 = bb::median(o16->times), g16 = c.true_gflop / med16, r = ours_med / med16;
+            md << "- ours_bf16: " << fmt("%.3f", med16) << " s, ours / ours_bf16 = **" << fmt("%.2fx", r)
+               << "** (target >= 1.6x" << (r >= 1.6 ? ")" : ", MISSED)") << "; " << fmt("%.1f", g16)
+               << " GFLOP/s of true work";
+            summary.add("ours_bf16_median_seconds", med16).add("bf16_speedup", r).add("ours_bf16_gflops", g16);
+            if (roof > 0) {
+                md << " = " << fmt("%.0f%%", 100 * g16 / roof) << " of the fp32 roofline";
+                summary.add("ours_bf16_fraction_of_fp32_roofline", g16 / roof);
+            }
+            if (impl* gb = find("gemm_bf16")) {
+                const double gbg = gb->executed_gflop / bb::median(gb->times);
+                md << ", " << fmt("%.0f%%", 100 * g16 / gbg) << " of the bf16 roofline (" << gb->description << ": "
+                   << fmt("%.1f", gbg) << " GFLOP/s)";
+                summary.add("bf16_roofline_gflops", gbg).add("ours_bf16_fraction_of_bf16_roofline", g16 / gbg);
+            }
+            md << "\n";
         }
         md << "- ours: " << fmt("%.3f", ours_med) << " s wall (median)"
            << (cfg.max_seconds > 0 ? (ours_med <= cfg.max_seconds ? " (target < " : " (MISSED target < ") +
