@@ -90,6 +90,7 @@ struct options {
     double dropout = 0.25;
     std::uint64_t seed = 1;
     bool quick = false;
+    bool compare_bf16 = false;  // after training: dev parsed in fp32 and in bf16, side by side
 };
 
 [[noreturn]] void usage(const std::string& problem)
@@ -97,7 +98,7 @@ struct options {
     std::cerr << "train_treebank_parser: " << problem << "\n"
               << "usage: train_treebank_parser --train FILE --dev FILE [--epochs N] [--threads N] [--budget-mb X]\n"
                  "       [--out FILE] [--parse FILE]... [--width D] [--layers L] [--arc-hidden H] [--label-hidden H]\n"
-                 "       [--seed S] [--lr LR] [--minutes M] [--quick]\n";
+                 "       [--seed S] [--lr LR] [--minutes M] [--compare-bf16] [--quick]\n";
     std::exit(2);
 }
 
@@ -109,6 +110,10 @@ options parse_args(int argc, char** argv)
         const std::string a = argv[i];
         if (a == "--quick") {
             o.quick = true;
+            continue;
+        }
+        if (a == "--compare-bf16") {
+            o.compare_bf16 = true;
             continue;
         }
         if (a == "--help" || a == "-h") usage("train a parser on a CoNLL-U treebank");
@@ -507,10 +512,17 @@ struct parser {
 
     // Parses the sentences in place (HEAD and DEPREL), documents by # newdoc,
     // a batch of documents of about `chunk` words encoded at once.
-    void parse(std::vector<conllu::sentence>& sents, std::size_t chunk = 4000)
+    void parse(std::vector<conllu::sentence>& sents, std::size_t chunk = 4000) { parse(sents, arc_scorer, label_scorer, chunk); }
+
+    // The same with other scorers (e.g. copies in compute_precision::bf16);
+    // each batch's arc logits go to on_arcs(first sentence, logits) too.
+    template <class OnArcs = void (*)(std::size_t, const biaffine::score_list<float>&)>
+    void parse(std::vector<conllu::sentence>& sents, biaffine::biaffine_scorer<float>& arc,
+               biaffine::biaffine_scorer<float>& label, std::size_t chunk = 4000,
+               OnArcs on_arcs = [](std::size_t, const biaffine::score_list<float>&) {})
     {
-        auto arcs = biaffine::with_splits(biaffine::with_minibatch_by_padded_size(arc_scorer, budget, opts));
-        auto labs = biaffine::with_splits(biaffine::with_minibatch_by_padded_size(label_scorer, budget, opts));
+        auto arcs = biaffine::with_splits(biaffine::with_minibatch_by_padded_size(arc, budget, opts));
+        auto labs = biaffine::with_splits(biaffine::with_minibatch_by_padded_size(label, budget, opts));
         const auto docs = conllu::documents(sents);
         for (std::size_t d0 = 0; d0 < docs.size();) {
             batch b;
@@ -531,6 +543,7 @@ struct parser {
             for (std::size_t i = 0, r = 0; i < doc_rows.size(); r += doc_rows[i++])
                 X.emplace_back(H.data() + r * H.cols(), Eigen::Index(doc_rows[i]), H.cols());
             const biaffine::score_list<float> arc_logits = arcs.predict(X, splits);
+            on_arcs(docs[d0].first, arc_logits);
             std::vector<std::vector<std::size_t>> heads(X.size());
             for (std::size_t i = 0, k = 0; i < X.size(); ++i)
                 for (std::size_t s = 0; s < splits[i].size(); ++s, ++k) {
@@ -575,6 +588,60 @@ void set_threads(parser& p, std::size_t threads)
 }
 
 }  // namespace
+
+// A copy of `s` with compute_precision::bf16: the same parameters.
+biaffine::biaffine_scorer<float> bf16_copy(const biaffine::biaffine_scorer<float>& s)
+{
+    biaffine::scorer_config c = s.config();
+    c.precision = biaffine::compute_precision::bf16;
+    biaffine::biaffine_scorer<float> b(c);
+    for (const auto& prm : s.parameters()) {
+        auto dst = b.parameters();
+        for (auto& d : dst)
+            if (std::string(d.name) == prm.name) std::copy(prm.data, prm.data + prm.size, d.data);
+    }
+    return b;
+}
+
+// The trained model's dev parse in fp32 and in bf16 (the scorers' inference
+// products with bf16 operands, fp32 sums; the encoder stays fp32): both
+// scores, the share of words whose head and relation are the same in both,
+// and the largest difference of an arc logit.
+void compare_bf16(parser& p, const std::vector<conllu::sentence>& dev, const conllu::attachment_scores& fp32)
+{
+    auto arc16 = bf16_copy(p.arc_scorer), label16 = bf16_copy(p.label_scorer);
+    auto a = dev, b = dev;
+    std::vector<biaffine::score_list<float>> logits32, logits16;
+    const auto t0 = clock_type::now();
+    p.parse(a, p.arc_scorer, p.label_scorer, 4000,
+            [&](std::size_t, const biaffine::score_list<float>& y) { logits32.push_back(y); });
+    const auto t1 = clock_type::now();
+    p.parse(b, arc16, label16, 4000, [&](std::size_t, const biaffine::score_list<float>& y) { logits16.push_back(y); });
+    const auto t2 = clock_type::now();
+    const auto s16 = conllu::evaluate(dev, b);
+    std::size_t words = 0, same = 0;
+    for (std::size_t i = 0; i < a.size(); ++i)
+        for (std::size_t w = 0; w < a[i].words.size(); ++w, ++words)
+            same += a[i].words[w].head == b[i].words[w].head && a[i].words[w].deprel == b[i].words[w].deprel;
+    double diff = 0, scale = 0;
+    for (std::size_t c = 0; c < logits32.size(); ++c)
+        for (std::size_t k = 0; k < logits32[c].size(); ++k)
+            for (std::size_t e = 0; e < logits32[c][k].size(); ++e) {
+                diff = std::max(diff, double(std::fabs(logits32[c][k].data()[e] - logits16[c][k].data()[e])));
+                scale = std::max(scale, double(std::fabs(logits32[c][k].data()[e])));
+            }
+    const double ms32 = std::chrono::duration<double>(t1 - t0).count() * 1e3,
+                 ms16 = std::chrono::duration<double>(t2 - t1).count() * 1e3;
+    std::cout << std::setprecision(2) << "\nbf16 inference (" << biaffine::detail::scorer_bf16_forward::math_name()
+              << ") against fp32 on dev, the same trained model:\n"
+              << "  fp32: UAS " << fp32.uas() << " LAS " << fp32.las() << "   bf16: UAS " << s16.uas() << " LAS "
+              << s16.las() << "   (differences " << s16.uas() - fp32.uas() << " / " << s16.las() - fp32.las() << ")\n"
+              << "  words with the same head and relation: " << same << " of " << words << " ("
+              << 100.0 * double(same) / double(words) << "%)\n"
+              << std::setprecision(4) << "  largest |arc logit difference| " << diff << " (largest |logit| " << scale
+              << ")\n"
+              << std::setprecision(0) << "  parsing dev: fp32 " << ms32 << " ms, bf16 " << ms16 << " ms\n";
+}
 
 int main(int argc, char** argv)
 {
@@ -657,6 +724,8 @@ int main(int argc, char** argv)
               << train_cpu << " s CPU (" << train_wall / double(epochs_run) << " s wall per epoch)\n"
               << "dev UAS " << last.uas() << " LAS " << last.las() << "; without punctuation (gold UPOS PUNCT) UAS "
               << last.uas_no_punct() << " LAS " << last.las_no_punct() << "\n";
+
+    if (o.compare_bf16) compare_bf16(p, dev, last);
 
     // Parsing speed, end to end: read -> encode -> score -> decode -> labels -> write.
     for (std::size_t threads : {std::size_t(1), o.threads}) {

@@ -114,6 +114,7 @@ struct bf16_emulated_math {
     using in_elem = float;
     using dot_elem = float;
     static constexpr const char* name = "emulated";
+    static const char* active() noexcept { return "emulated (fp32 kernels on bf16-rounded operands)"; }
     static std::size_t depth(std::size_t k) noexcept { return bf16_pairs(k); }
     static std::size_t dot_depth(std::size_t k) noexcept { return k; }
     static std::size_t score_packed(std::size_t hv, std::size_t max_len) noexcept
@@ -209,6 +210,7 @@ struct bf16_rows_math {
 struct bf16_vnni_math : bf16_rows_math<2> {
     using dot_elem = bfloat16;
     static constexpr const char* name = "avx512_bf16";
+    static const char* active() noexcept { return "avx512_bf16 (VDPBF16PS)"; }
     static std::size_t dot_depth(std::size_t k) noexcept { return bf16_pairs(k); }
     static std::size_t score_packed(std::size_t, std::size_t) noexcept { return 0; }
     static void scores(const bfloat16* va, std::size_t n, const bfloat16* t, std::size_t o, std::size_t hv,
@@ -241,6 +243,11 @@ struct bf16_vnni_math : bf16_rows_math<2> {
 struct bf16_amx_math : bf16_rows_math<32> {
     using dot_elem = float;
     static constexpr const char* name = "amx_bf16";
+    static const char* active() noexcept
+    {
+        return amx_usable() ? "amx_bf16 (AMX tiles; per-split products on the fp32 kernels)"
+                            : "avx512_bf16 (VDPBF16PS: Linux withholds the AMX tiles)";
+    }
     static std::size_t dot_depth(std::size_t k) noexcept { return k; }
     static std::size_t score_packed(std::size_t hv, std::size_t max_len) noexcept
     {
@@ -290,6 +297,8 @@ template <class Math>
 struct bf16_forward {
     using E = typename Math::in_elem;
     using D = typename Math::dot_elem;
+    /// What runs the products in this process (for logs and info()).
+    static const char* math_name() noexcept { return Math::active(); }
     /// Rows read past the last of xb and ub (AMX reads whole tiles).
     static constexpr std::size_t slack = 32;
 
