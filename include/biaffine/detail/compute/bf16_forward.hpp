@@ -26,7 +26,8 @@
 // scratch is bounded by the group, not the batch. Rows are padded with zeros
 // to the depth the kernels want (Math::depth: pairs, or 32 for AMX tiles):
 //   xb [G, dx]   dx = depth(n_in)                     (Math::in_elem)
-//   ub [G, du]   du = depth(hu): relu(X Wh^T + bh) | 1 | 0...
+//   ub [G, du]   du = depth(h): relu(X Wh^T + bh) | 0... (the ones column of
+//                bias_u is T's bias: W's last row per label)
 //   vb [G, dv]   dv = pairs(hv): relu(X Wd^T + bd) | 1 | 0  (Math::dot_elem)
 //   tb [G, o dv] row i, label l: U_i W_l, then a zero
 #pragma once
@@ -74,10 +75,14 @@ struct bf16_weights {
     buffer wh, wd;  ///< B of X Wh^T, X Wd^T: [n_in, h]
     buffer w;       ///< B of U W': [hu, o dv], label l's columns l dv .. l dv + hv, then zeros
     tracked_vector<float> bh, bd;
+    /// With bias_u, T's bias [o dv]: W's last row per label (the ones
+    /// column of U times it), rounded to bf16 as W is.
+    tracked_vector<float> t_bias;
     /// Bytes held (the cost model counts them with the parameters).
     std::size_t bytes() const noexcept
     {
-        return (wh.size() + wd.size() + w.size()) * sizeof(E) + (bh.size() + bd.size()) * sizeof(float);
+        return (wh.size() + wd.size() + w.size()) * sizeof(E) +
+               (bh.size() + bd.size() + t_bias.size()) * sizeof(float);
     }
 };
 
@@ -303,7 +308,11 @@ struct bf16_forward {
     static constexpr std::size_t slack = 32;
 
     static std::size_t dx(const scorer_dims& d) noexcept { return Math::depth(d.n_in); }
-    static std::size_t du(const scorer_dims& d) noexcept { return Math::depth(d.hu()); }
+    /// U's rows hold the h projections only: its ones column (bias_u) is
+    /// folded into T's bias (W's last row per label, t_bias), which keeps
+    /// U W' at a depth of h = 128 rather than 129 (on AMX a step of 32 fewer:
+    /// 4 instead of 5 at the default widths).
+    static std::size_t du(const scorer_dims& d) noexcept { return Math::depth(d.hidden); }
     static std::size_t dv(const scorer_dims& d) noexcept { return Math::dot_depth(d.hv()); }
     /// Bytes of one row of the group scratch: xb, ub, vb and o rows of tb.
     static std::size_t row_bytes(const scorer_dims& d) noexcept
@@ -342,14 +351,19 @@ struct bf16_forward {
         // Wh^T, Wd^T: (k, m) = W[m, k].
         Math::pack_b([&](std::size_t k, std::size_t m) { return w.wh[m * n_in + k]; }, n_in, d.hidden, out.wh);
         Math::pack_b([&](std::size_t k, std::size_t m) { return w.wd[m * n_in + k]; }, n_in, d.hidden, out.wd);
-        // W' as [hu, o dv]: label l's [hu, hv] block, then zero columns up to
-        // dv, so that every label's row of T ends in the zeros its depth wants.
-        Math::pack_b(
-            [&](std::size_t r, std::size_t m) {
-                const std::size_t l = m / ld, c = m % ld;
-                return c < hv ? w.w[(l * hu + r) * hv + c] : 0.0f;
-            },
-            hu, d.labels * ld, out.w);
+        // W' as [h, o dv]: label l's first h rows of [hu, hv], then zero
+        // columns up to dv, so that every label's row of T ends in the zeros
+        // its depth wants; with bias_u its last row is T's bias.
+        const auto w_at = [&](std::size_t r, std::size_t m) {
+            const std::size_t l = m / ld, c = m % ld;
+            return c < hv ? w.w[(l * hu + r) * hv + c] : 0.0f;
+        };
+        Math::pack_b(w_at, d.hidden, d.labels * ld, out.w);
+        out.t_bias.clear();
+        if (d.bias_u) {
+            out.t_bias.resize(d.labels * ld);
+            for (std::size_t m = 0; m < out.t_bias.size(); ++m) out.t_bias[m] = round_to_bfloat16(w_at(d.hidden, m));
+        }
         out.bh.assign(w.bh, w.bh + d.hidden);
         out.bd.assign(w.bd, w.bd + d.hidden);
     }
@@ -357,9 +371,11 @@ struct bf16_forward {
     static std::uint64_t weights_bytes(const scorer_dims& d)
     {
         const char* what = "bf16 weights";
+        const std::uint64_t ldt = checked_product(what, d.labels, dv(d));
         const std::uint64_t e = checked_add(checked_mul(2, Math::packed_size(d.n_in, d.hidden), what),
-                                            Math::packed_size(d.hu(), checked_product(what, d.labels, dv(d))), what);
-        return checked_add(checked_mul(e, sizeof(E), what), checked_mul(2 * d.hidden, sizeof(float), what), what);
+                                            Math::packed_size(d.hidden, ldt), what);
+        const std::uint64_t f = checked_add(2 * d.hidden, d.bias_u ? ldt : 0, what);
+        return checked_add(checked_mul(e, sizeof(E), what), checked_mul(f, sizeof(float), what), what);
     }
 
     /// Splits `x(0) .. x(count - 1)` (seq_view<const float>, [n_k, n_in])
@@ -388,11 +404,11 @@ struct bf16_forward {
             float* packed = reinterpret_cast<float*>(tb + G * ldt);
             for (std::size_t k = k0, r = 0; k < k1; r += x(k++).rows) Math::round_rows(x(k), xb + r * dx(d), dx(d));
             if (rows > 0) {
-                ones_and_pad(ub, rows, h, d.bias_u, du(d));
+                ones_and_pad(ub, rows, h, false, du(d));
                 ones_and_pad(vb, rows, h, d.bias_v, dv(d));
                 Math::gemm(xb, dx(d), rows, d.n_in, w.wh, h, w.bh.data(), true, ub, du(d));
                 Math::gemm(xb, dx(d), rows, d.n_in, w.wd, h, w.bd.data(), true, vb, dv(d));
-                Math::gemm(ub, du(d), rows, d.hu(), w.w, ldt, nullptr, false, tb, ldt);
+                Math::gemm(ub, du(d), rows, h, w.w, ldt, d.bias_u ? w.t_bias.data() : nullptr, false, tb, ldt);
             }
             for (std::size_t k = k0, r = 0; k < k1; r += x(k++).rows)
                 each(k, static_cast<const D*>(vb + r * dv(d)), static_cast<const D*>(tb + r * ldt), packed);
