@@ -88,7 +88,8 @@ def parse_args(argv):
                     help="label scorer's hidden width (default 128; --quick 64)")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--dropout", type=float, default=0.25)
-    ap.add_argument("--batch-words", type=int, default=None, help="words per training batch (default 1000; --quick 500)")
+    ap.add_argument("--batch-words", type=int, default=None,
+                    help="words per training batch (default 1000; --quick 500)")
     ap.add_argument("--budget-mb", type=float, default=16.0, help="the scorers' batch budget")
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args(argv)
