@@ -24,8 +24,9 @@
 //   detail/scorer_heads.hpp    labels at given heads: its calls, costs and head lists
 //   detail/output_kind.hpp     the output kinds (full scores, labels at heads) as policies
 //   scorer_io.hpp              .npy save / load over parameters()
-// The arithmetic itself goes through the compute backend chosen in
-// detail/compute/backend.hpp.
+// The arithmetic itself goes through the compute backend object the scorer
+// holds (Backend; the default chosen in detail/compute/backend.hpp, the
+// contract in detail/compute/interface.hpp).
 #pragma once
 
 #include "biaffine/abi.hpp"
@@ -120,6 +121,9 @@ std::size_t packed_count(const char* what, std::uint64_t rows, Ts... cols)
 /// an optimiser step, `zero_grad`) must not overlap any other call. Nor may
 /// the call that allocates the gradients (see has_gradients()): on a scorer
 /// that has none yet, call the d_*() accessors from one thread at a time.
+/// The first call after a parameter change prepares the compute backend
+/// (see parameter_version()); concurrent const calls may race to do it, and
+/// the backend lets one of them (detail::weights_slot).
 ///
 /// Non-finite inputs: NaN / Inf in one split's rows reach that split's scores
 /// only (eval: a NaN token's row and column; train: the softmax spreads it

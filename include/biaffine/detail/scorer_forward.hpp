@@ -1,11 +1,10 @@
 // biaffine/detail/scorer_forward.hpp - the scorer's forward and backward over
-// split lists: project the splits (gathered into packed rows first unless
-// the backend reads them in place), T = U W' (a group of splits at a time
-// where the backend groups), one score block per split; backward the same
-// in reverse. One path for every output kind (full scores, labels at given
-// heads: detail/output_kind.hpp). Each product is the compute backend's
-// (detail/compute/backend.hpp); what is here is the order of operations,
-// dropout, the softmax and what is kept for backward.
+// split lists: one path for every output kind (full scores, labels at given
+// heads: detail/output_kind.hpp). The compute backend object (backend_,
+// detail/compute/interface.hpp) does the batch's work: projections (and the
+// gather), dropout, every split's output with its softmax, and the same
+// backward; what is here is the order of its calls, the buffers, what is
+// kept for backward, and preparing the backend when the parameters changed.
 #pragma once
 
 #include "biaffine/abi.hpp"

@@ -236,6 +236,18 @@ template <class B, class T>
 struct reads_items_value<B, T, std::enable_if_t<has_reads_items<B, T>::value>>
     : std::integral_constant<bool, B::reads_items> {};
 
+// What both levels name themselves with (a user's mistake here gets the
+// same message at either level).
+template <class B, class T>
+constexpr bool check_names()
+{
+    static_assert(has_name<B, T>::value, "biaffine backend contract: the backend has no name (const char*)");
+    static_assert(has_operations<B, T>::value,
+                  "biaffine backend contract: the backend has no operations (const char*)");
+    static_assert(has_reads_items<B, T>::value, "biaffine backend contract: the backend has no reads_items (bool)");
+    return true;
+}
+
 }  // namespace backend_probe
 
 /// Compile-time check of a type of host ops `B` (what host_batch wraps) for
@@ -246,10 +258,7 @@ template <class B, class T>
 constexpr bool check_host_ops()
 {
     namespace p = backend_probe;
-    static_assert(p::has_name<B, T>::value, "biaffine backend contract: the backend has no name (const char*)");
-    static_assert(p::has_operations<B, T>::value,
-                  "biaffine backend contract: the backend has no operations (const char*)");
-    static_assert(p::has_reads_items<B, T>::value, "biaffine backend contract: the backend has no reads_items (bool)");
+    static_assert(backend_probe::check_names<B, T>());
     static_assert(p::has_packed_elements<B, T>::value,
                   "biaffine backend contract: the backend has no packed_elements(dims, max_len)");
     static_assert(p::has_train_packed_elements<B, T>::value,
@@ -290,10 +299,7 @@ template <class B, class T>
 constexpr bool check_backend()
 {
     namespace p = backend_probe;
-    static_assert(p::has_name<B, T>::value, "biaffine backend contract: the backend has no name (const char*)");
-    static_assert(p::has_operations<B, T>::value,
-                  "biaffine backend contract: the backend has no operations (const char*)");
-    static_assert(p::has_reads_items<B, T>::value, "biaffine backend contract: the backend has no reads_items (bool)");
+    static_assert(backend_probe::check_names<B, T>());
     static_assert(p::has_batch_construct<B, T>::value,
                   "biaffine backend contract: the backend cannot be built from the scorer's dims (B(dims))");
     static_assert(p::has_batch_prepared_version<B, T>::value,
