@@ -526,26 +526,40 @@ TEST_CASE("every backend's batch-wide products equal double loops", "[backend]")
 // The contract of detail/compute/interface.hpp, on every backend this build
 // has: a missing operation stops the build with its name (the probe in
 // tests/protocol/backend_probe.cpp shows the message).
-TEST_CASE("every backend meets the backend contract (check_backend)", "[backend]")
+TEST_CASE("every backend meets the backend contract (check_host_ops, check_backend)", "[backend]")
 {
     using biaffine::detail::check_backend;
-    static_assert(check_backend<biaffine::detail::eigen_backend<double>, double>());
-    static_assert(check_backend<biaffine::detail::eigen_backend<float>, float>());
+    using biaffine::detail::check_host_ops;
+    using biaffine::detail::host_batch;
+    static_assert(check_host_ops<biaffine::detail::eigen_backend<double>, double>());
+    static_assert(check_host_ops<biaffine::detail::eigen_backend<float>, float>());
+    static_assert(check_backend<host_batch<biaffine::detail::eigen_backend<double>, double>, double>());
+    static_assert(check_backend<host_batch<biaffine::detail::eigen_backend<float>, float>, float>());
     std::size_t checked = 2;
 #if defined(__AVX2__) && defined(__FMA__)
-    static_assert(check_backend<biaffine::detail::avx2_backend, float>());
+    static_assert(check_host_ops<biaffine::detail::avx2_backend, float>());
+    static_assert(check_backend<host_batch<biaffine::detail::avx2_backend, float>, float>());
     ++checked;
 #endif
 #if defined(BIAFFINE_USE_BLAS)
-    static_assert(check_backend<biaffine::detail::blas_backend<double>, double>());
-    static_assert(check_backend<biaffine::detail::blas_backend<float>, float>());
+    static_assert(check_host_ops<biaffine::detail::blas_backend<double>, double>());
+    static_assert(check_host_ops<biaffine::detail::blas_backend<float>, float>());
+    static_assert(check_backend<host_batch<biaffine::detail::blas_backend<double>, double>, double>());
+    static_assert(check_backend<host_batch<biaffine::detail::blas_backend<float>, float>, float>());
     checked += 2;
 #endif
-    static_assert(check_backend<biaffine::detail::compute_backend<float>, float>());
-    static_assert(check_backend<biaffine::detail::compute_backend<double>, double>());
+    static_assert(check_host_ops<biaffine::detail::compute_backend<float>, float>());
+    static_assert(check_host_ops<biaffine::detail::compute_backend<double>, double>());
+    static_assert(check_backend<biaffine::detail::scorer_backend<float>, float>());
+    static_assert(check_backend<biaffine::detail::scorer_backend<double>, double>());
     // A type with none of the operations is told apart (the detectors can fail).
     REQUIRE_FALSE(biaffine::detail::backend_probe::has_split_scores<int, float>::value);
     REQUIRE(biaffine::detail::backend_probe::has_split_scores<biaffine::detail::eigen_backend<float>, float>::value);
+    // The batch level too: the host ops alone are not a backend object.
+    REQUIRE_FALSE(
+        biaffine::detail::backend_probe::has_batch_score_outputs<biaffine::detail::eigen_backend<float>, float>::value);
+    REQUIRE(biaffine::detail::backend_probe::has_batch_score_outputs<host_batch<biaffine::detail::eigen_backend<float>, float>,
+                                                                     float>::value);
     REQUIRE(checked >= 2);
 }
 

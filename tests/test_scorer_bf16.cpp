@@ -178,8 +178,8 @@ TEST_CASE("bf16 inference: streams, padded calls and split lists give the same b
 TEST_CASE("bf16 inference: the cost it reports is what it takes", "[scorer_bf16]")
 {
     // Splits of one length, so that cost(count, L) is the batch exactly: the
-    // scratch all carved from a workspace of cost().scratch, the packed
-    // weights (cost().heap) the only other bytes, exactly.
+    // scratch all carved from a workspace of cost().scratch, nothing else
+    // (the packed weights are the scorer's, made with it).
     const problem p = make_problem(40, 20, 3, true, true, {15, 15, 15, 15}, 21);
     const auto s = scorer_of(p, compute_precision::bf16);
     const auto items = items_of(p);
@@ -188,7 +188,7 @@ TEST_CASE("bf16 inference: the cost it reports is what it takes", "[scorer_bf16]
     for (bool heads : {false, true}) {
         INFO((heads ? "predict_heads_stream" : "predict_stream"));
         const batch_cost c = heads ? s.heads_cost(count, L, mode::eval) : s.cost(count, L, mode::eval);
-        CHECK(c.heap > 0);
+        CHECK(c.heap == 0);
         workspace_scope ws(c.scratch);
         scoped_peak sp;
         const memory_stats s0 = tracker().stats();
@@ -197,13 +197,60 @@ TEST_CASE("bf16 inference: the cost it reports is what it takes", "[scorer_bf16]
         } else {
             s.predict_stream(items, [](std::size_t, score_view<const float>) {});
         }
-        CHECK(sp.work_peak_bytes() == s0.current_bytes - s0.output_bytes + c.heap);
+        CHECK(sp.work_peak_bytes() == s0.current_bytes - s0.output_bytes);
         CHECK(tracker().stats().output_bytes == s0.output_bytes);
     }
-    // The batch's scratch in bf16 is smaller than in fp32 (bf16 rows); the
-    // heap holds the weights' bf16 copy.
+    // The batch's scratch in bf16 is smaller than in fp32 (bf16 rows).
     const auto s32 = scorer_of(p, compute_precision::fp32);
     CHECK(s.cost(count, L).scratch < s32.cost(count, L).scratch);
+    // The bf16 copy of the weights is allocated with the scorer: what a bf16
+    // scorer holds beyond an fp32 one is exactly its size.
+    scorer_config cfg;
+    cfg.n_in = p.d.n_in;
+    cfg.hidden = p.d.hidden;
+    cfg.labels = p.d.labels;
+    const std::uint64_t b0 = tracker().current_bytes();
+    std::uint64_t fp32_bytes = 0;
+    {
+        biaffine_scorer<float> a(cfg);
+        fp32_bytes = tracker().current_bytes() - b0;
+    }
+    cfg.precision = compute_precision::bf16;
+    biaffine_scorer<float> b(cfg);
+    CHECK(tracker().current_bytes() - b0 - fp32_bytes ==
+          biaffine::detail::scorer_bf16_forward::weights_bytes(biaffine::detail::scorer_dims{
+              cfg.n_in, cfg.hidden, cfg.labels, cfg.bias_u, cfg.bias_v}));
+}
+
+TEST_CASE("bf16 inference: the packed weights follow every parameter change", "[scorer_bf16]")
+{
+    // A scorer whose weights change after it has scored (set_parameter,
+    // load through parameters(), initialize) scores as a new scorer made
+    // with the new weights: its packed copy never goes stale.
+    const problem p = cases()[1], q = make_problem(31, 17, 4, true, false, {9, 14, 3}, 99);
+    const auto items = items_of(p);
+    auto s = scorer_of(p, compute_precision::bf16);
+    const auto fresh = scorer_of(q, compute_precision::bf16);
+    const score_list<float> want = fresh.predict(items);
+    const auto same = [&](const score_list<float>& y) {
+        for (std::size_t k = 0; k < y.size(); ++k)
+            for (std::size_t i = 0; i < y[k].size(); ++i)
+                if (y[k].data()[i] != want[k].data()[i]) return false;
+        return true;
+    };
+    CHECK(!same(s.predict(items)));  // p's weights, packed
+    s.set_parameter("head_weight", xt::xarray<float>(xt::adapt(q.wh, {q.d.hidden, q.d.n_in})));
+    s.set_parameter("head_bias", xt::xarray<float>(xt::adapt(q.bh, {q.d.hidden})));
+    s.set_parameter("dependent_weight", xt::xarray<float>(xt::adapt(q.wd, {q.d.hidden, q.d.n_in})));
+    s.set_parameter("dependent_bias", xt::xarray<float>(xt::adapt(q.bd, {q.d.hidden})));
+    CHECK(!same(s.predict(items)));  // W still p's
+    auto params = s.parameters();    // an optimiser's way in
+    std::copy(q.w.begin(), q.w.end(), params[4].data);
+    CHECK(same(s.predict(items)));
+    s.initialize(5);
+    CHECK(!same(s.predict(items)));
+    biaffine_scorer<float> copy = fresh;  // a copy packs its own
+    CHECK(same(copy.predict(items)));
 }
 
 TEST_CASE("bf16 inference: what it refuses", "[scorer_bf16]")

@@ -32,7 +32,11 @@ class scratch;
 enum class mode;
 struct scorer_config;
 struct batch_cost;
+namespace detail {
 template <class T>
+struct scorer_backend_choice;  // detail/compute/backend.hpp
+}  // namespace detail
+template <class T, class Backend = typename detail::scorer_backend_choice<T>::type>
 class biaffine_scorer;
 
 enum class budget_kind;

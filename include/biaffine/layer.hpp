@@ -33,11 +33,16 @@ struct batch_cost {
     std::uint64_t heap = 0;    ///< other temporaries on the tracked heap, freed when the call returns
     std::uint64_t saved = 0;   ///< kept for backward until the callback runs (train only)
     std::uint64_t outputs = 0; ///< score tensors handed to the caller
+    /// Bytes the compute backend holds on a device for the call (weights'
+    /// copies excepted); 0 for the CPU backends.
+    std::uint64_t device = 0;
     /// Everything, the unit a byte budget counts.
     std::uint64_t total() const
     {
-        return detail::checked_add(detail::checked_add(scratch, heap, "batch cost"),
-                                   detail::checked_add(saved, outputs, "batch cost"), "batch cost");
+        return detail::checked_add(detail::checked_add(detail::checked_add(scratch, heap, "batch cost"),
+                                                       detail::checked_add(saved, outputs, "batch cost"),
+                                                       "batch cost"),
+                                   device, "batch cost");
     }
 };
 

@@ -25,8 +25,9 @@
 //   detail/output_kind.hpp     the output kinds (full scores, labels at heads) as policies
 //   detail/scorer_bf16.hpp     inference in bf16 (compute_precision::bf16): its path and costs
 //   scorer_io.hpp              .npy save / load over parameters()
-// The arithmetic itself goes through the compute backend chosen in
-// detail/compute/backend.hpp.
+// The arithmetic itself goes through the compute backend object the scorer
+// holds (Backend; the default chosen in detail/compute/backend.hpp, the
+// contract in detail/compute/interface.hpp).
 #pragma once
 
 #include "biaffine/abi.hpp"
@@ -44,8 +45,12 @@
 
 #include "biaffine/backprop.hpp"
 #include "biaffine/detail/checked.hpp"
+#include "biaffine/detail/compute/backend.hpp"
+#include "biaffine/detail/compute/bf16_forward.hpp"
 #include "biaffine/detail/compute/operands.hpp"
+#include "biaffine/detail/random.hpp"
 #include "biaffine/errors.hpp"
+#include "biaffine/fwd.hpp"
 #include "biaffine/layer.hpp"
 #include "biaffine/tensor.hpp"
 #include "biaffine/workspace.hpp"
@@ -104,10 +109,6 @@ constexpr T mask_value()
 
 namespace detail {
 
-// A uniform double in [0, 1) from 53 random bits: the same on every platform,
-// unlike std::uniform_real_distribution.
-inline double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
-
 inline std::string shape_str(const std::vector<std::size_t>& s)
 {
     std::string r = "[";
@@ -135,6 +136,9 @@ std::size_t packed_count(const char* what, std::uint64_t rows, Ts... cols)
 /// an optimiser step, `zero_grad`) must not overlap any other call. Nor may
 /// the call that allocates the gradients (see has_gradients()): on a scorer
 /// that has none yet, call the d_*() accessors from one thread at a time.
+/// The first call after a parameter change prepares the compute backend
+/// (see parameter_version()); concurrent const calls may race to do it, and
+/// the backend lets one of them (detail::weights_slot).
 ///
 /// Non-finite inputs: NaN / Inf in one split's rows reach that split's scores
 /// only (eval: a NaN token's row and column; train: the softmax spreads it
@@ -142,7 +146,10 @@ std::size_t packed_count(const char* what, std::uint64_t rows, Ts... cols)
 /// product runs row-wise on the packed rows or per split. In backward they
 /// reach that split's input gradient and, as any input does, the parameter
 /// gradients (sums over all splits).
-template <class T>
+///
+/// `Backend` is the batch-level compute backend (detail/compute/interface.hpp);
+/// the default is the one detail/compute/backend.hpp chooses for T.
+template <class T, class Backend>
 class biaffine_scorer {
 public:
     static_assert(std::is_floating_point<T>::value, "biaffine_scorer<T>: T must be float or double");
@@ -161,7 +168,8 @@ public:
     /// for the bilinear weight, the usual Linear init (U(+-1/sqrt(n_in))) for
     /// the projections. Gradient buffers are not allocated yet: see
     /// has_gradients().
-    explicit biaffine_scorer(const scorer_config& cfg) : cfg_(cfg), rng_(cfg.seed ^ 0x9e3779b97f4a7c15ULL)
+    explicit biaffine_scorer(const scorer_config& cfg)
+        : cfg_(cfg), rng_(cfg.seed ^ 0x9e3779b97f4a7c15ULL), backend_(dims())
     {
         if (cfg.n_in == 0 || cfg.hidden == 0 || cfg.labels == 0) {
             throw shape_error(detail::msg("biaffine_scorer: n_in, hidden and labels must be positive, got n_in=",
@@ -188,6 +196,11 @@ public:
         bd_ = tensor<T, 1>::from_shape({h});
         w_ = tensor<T, 3>::from_shape({cfg.labels, hu(), hv()});
         initialize(cfg.seed);
+        if constexpr (std::is_same<T, float>::value) {
+            // The bf16 copy of the weights lives with them (and is counted
+            // when they are): inference repacks it in place as they change.
+            if (cfg.precision == compute_precision::bf16) bf16_.make(version_, dims(), weights());
+        }
     }
 
     /// The configuration it was built with.
@@ -227,7 +240,20 @@ public:
         const double fan_in = static_cast<double>(hu() * hv());
         const double fan_out = static_cast<double>(cfg_.labels * hv());
         fill(w_, std::sqrt(6.0 / (fan_in + fan_out)));
+        parameters_changed();
     }
+
+    /// A counter of parameter changes: initialize, set_parameter, load_npy,
+    /// every non-const parameters() (through which an optimiser writes) and
+    /// parameters_changed() move it on. The compute backend prepares the
+    /// weights again (packs, copies to a device) when it differs from the
+    /// version it last prepared, at the next forward, predict or backward.
+    std::uint64_t parameter_version() const noexcept { return version_; }
+    /// Tells the scorer its parameters changed behind its back: call it after
+    /// writing through `data` pointers kept from an earlier parameters().
+    void parameters_changed() noexcept { ++version_; }
+    /// The compute backend (its `name`, `operations`, prepared_version()).
+    const Backend& compute_backend() const noexcept { return backend_; }
 
     const tensor<T, 2>& head_weight() const noexcept { return wh_; }        ///< Wh `[h, n_in]`
     const tensor<T, 1>& head_bias() const noexcept { return bh_; }          ///< bh `[h]`
@@ -269,6 +295,7 @@ public:
     std::vector<parameter> parameters()
     {
         ensure_gradients();
+        parameters_changed();  // the caller may write through `data`
         return all_parameters<T>(*this);
     }
     /// The same, read-only; allocates nothing: `grad` is nullptr while
@@ -290,6 +317,7 @@ public:
             }
             std::size_t i = 0;
             for (auto it = value.begin(); it != value.end(); ++it) p.data[i++] = static_cast<T>(*it);
+            parameters_changed();
             return;
         }
         throw error(detail::msg("set_parameter: no parameter named '", name, "'"));
@@ -298,7 +326,8 @@ public:
     /// Sets every gradient buffer to zero.
     void zero_grad()
     {
-        for (parameter& p : parameters()) std::fill(p.grad, p.grad + p.size, T(0));
+        ensure_gradients();  // not parameters(): the values do not change
+        for (parameter& p : all_parameters<T>(*this)) std::fill(p.grad, p.grad + p.size, T(0));
     }
 
     /// Deprecated: `biaffine::save_npy(scorer, dir)` (scorer_io.hpp).
@@ -539,32 +568,16 @@ private:
     void check_items(const Items& X) const;
     template <class Items>
     std::size_t fill_offsets(const Items& X, std::size_t* off) const;
-    void dropout(std::uint64_t seed, T* u, T* v, const std::size_t* off, std::size_t count) const;
-    template <class Items>
-    void project_activations(const Items& X, const std::size_t* off, std::size_t N, bool drop, std::uint64_t seed,
-                             T* u, T* v, T* packed) const;
+    const Backend& prepared_backend() const;
     template <class Items>
     void forward_activations(const Items& X, const std::size_t* off, std::size_t N, bool drop, std::uint64_t seed,
                              T* u, T* v, T* t, T* packed) const;
-    template <class Each>
-    void score_splits(const T* u, const std::size_t* off, std::size_t count, T* t, bool keep_t, T* packed,
-                      Each&& each) const;
-    std::size_t eval_t_rows(std::size_t N, std::size_t max_len) const noexcept;
     // One path per output kind (detail/output_kind.hpp): Kind is
     // full_scores_kind or labels_at_heads_kind, H the heads (no_heads{} for
     // full scores).
     template <class Kind>
     using kind_backprop =
         backprop_fn<void(span<const typename Kind::template view<const T>>, span<const seq_view<T>>)>;
-    template <class Kind, class Dest, class Each>
-    void score_batch(const T* u, const T* v, const std::size_t* off, std::size_t count, const std::size_t* head_rows,
-                     T* t, bool keep_t, T* packed, Dest&& dest, Each&& each) const;
-    template <class Kind>
-    void split_output(const saved_batch& sb, std::size_t k, const T* v, const T* t,
-                      typename Kind::template view<T> y, T* packed) const;
-    template <class Kind>
-    void split_output_backward(const saved_batch& sb, std::size_t k, const T* v, const T* t,
-                               typename Kind::template view<const T> g, T* dv, T* dt, T* packed) const;
     template <class Kind>
     std::size_t kept_output_offset(const saved_batch& sb, std::size_t k) const noexcept;
     template <class Kind, class Items, class Heads, class Dest, class Done>
@@ -578,10 +591,6 @@ private:
     template <class Kind>
     void backward(const saved_batch& sb, span<const typename Kind::template view<const T>> dY,
                   span<const seq_view<T>> dX);
-    void prefetch_split(const saved_batch& sb, const score_view<const T>& g, std::size_t k, const T* v,
-                        const T* t) const;
-    void backward_projections(const saved_batch& sb, const T* u, const T* v, T* dt, T* dv, T* du,
-                              span<const seq_view<T>> dX, T* packed);
     template <class Items>
     void begin_saved(const Items& X, mode m, saved_batch& sb);
 
@@ -629,6 +638,14 @@ private:
     mutable tensor<T, 1> dbh_, dbd_;
     mutable tensor<T, 3> dw_;
     mutable bool has_grads_ = false;
+    std::uint64_t version_ = 0;  // initialize() makes it 1: the backend's slot starts at 0, unprepared
+    // The compute backend: its state (the prepared weights) changes under
+    // const calls, as the gradients' allocation does.
+    mutable Backend backend_;
+    // compute_precision::bf16: the weights packed for the bf16 forward (float
+    // scorers; empty otherwise).
+    struct no_bf16_cache {};
+    mutable std::conditional_t<std::is_same<T, float>::value, detail::bf16_weights_cache, no_bf16_cache> bf16_;
 };
 
 BIAFFINE_NAMESPACE_END

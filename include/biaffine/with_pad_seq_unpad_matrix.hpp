@@ -277,6 +277,7 @@ private:
         const std::uint64_t lens = detail::scratch_bytes<std::int64_t>(count);
         batch_cost c;
         c.outputs = outputs;
+        c.device = in.device;
         c.heap = checked_add(in.heap, in.outputs, "padded batch");
         if (m == mode::eval) {
             c.scratch = checked_add(checked_add(in.scratch, x, "padded batch"), lens, "padded batch");

@@ -815,6 +815,7 @@ py::dict cost_dict(const biaffine::batch_cost& c)
     d["heap"] = c.heap;
     d["saved"] = c.saved;
     d["outputs"] = c.outputs;
+    d["device"] = c.device;
     d["total"] = c.total();
     return d;
 }

@@ -1,31 +1,54 @@
-// Compile-only probe (nvcc): a skeleton CUDA backend type, operations without
-// bodies, satisfies check_backend (detail/compute/interface.hpp) under the
-// device compiler; docs/architecture.md has the design it stands for. Run by
-// ctest (backend_contract_cuda_skeleton) where nvcc is found; no GPU needed.
+// Compile-only probe (nvcc): a skeleton CUDA backend, the batch-level
+// operations without bodies (a device backend implements them itself, not
+// through host_batch), satisfies check_backend (detail/compute/
+// interface.hpp) under the device compiler; docs/architecture.md has the
+// design it stands for. Run by ctest (backend_contract_cuda_skeleton) where nvcc is found;
+// no GPU needed.
 #include <cublas_v2.h>
 #include "biaffine/detail/compute/interface.hpp"
 namespace sk {
 using namespace biaffine;
 using namespace biaffine::detail;
+
+// The batch-level object a scorer would hold: its context (cuBLAS handle,
+// stream, the device copy of the weights and its version) lives here.
 template <class T>
-struct cuda_backend {
+class cuda_backend {
+public:
     static constexpr const char* name = "cuda";
-    static constexpr const char* operations = "cuBLAS (skeleton)";
+    static constexpr const char* operations = "cuBLAS (skeleton): grouped GEMM per split, one GEMM per projection";
     static constexpr bool reads_items = false;
-    static std::size_t packed_elements(const scorer_dims&, std::size_t) noexcept { return 0; }
-    static std::size_t train_packed_elements(const scorer_dims&, std::size_t, std::size_t) noexcept { return 0; }
-    static void projections(const scorer_dims&, const weights_ref<T>&, const T*, std::size_t, T*, T*, T*) {}
-    static void bilinear_left(const scorer_dims&, const T*, const T*, std::size_t, T*, T*) {}
-    static std::size_t score_group_rows(const scorer_dims&) noexcept { return static_cast<std::size_t>(-1); }
-    template <class Each>
-    static void bilinear_scores(const scorer_dims&, const T*, const T*, const std::size_t*, std::size_t, T*, bool, T*, Each&&) {}
-    static void split_scores(const_row_map<T>, const T*, std::size_t, score_view<T>, T*) {}
-    static void split_scores_backward(const_row_map<T>, const T*, std::size_t, score_view<const T>, row_map<T>, T*, T*) {}
-    static void head_scores(const_row_map<T>, const T*, const std::size_t*, std::size_t, seq_view<T>) {}
-    static void head_scores_backward(const_row_map<T>, const T*, const std::size_t*, std::size_t, seq_view<const T>, row_map<T>, T*) {}
-    static void bilinear_left_backward(const scorer_dims&, const T*, const T*, std::size_t, const T*, T*, T*, T*) {}
+    explicit cuda_backend(const scorer_dims& d) : d_(d) {}
+    std::uint64_t prepared_version() const noexcept { return version_; }
+    // Would copy (or pack) the weights to the device.
+    void prepare(std::uint64_t version, const weights_ref<T>&) { version_ = version; }
+    // Would count U, V, T and one group's scores on the device.
+    std::uint64_t device_bytes(std::size_t, std::size_t, mode) const noexcept { return 0; }
+    std::size_t packed_elements(std::size_t) const noexcept { return 0; }
+    std::size_t train_packed_elements(std::size_t, std::size_t) const noexcept { return 0; }
+    std::size_t eval_t_rows(std::size_t N, std::size_t) const noexcept { return N; }
     template <class Items>
-    static void input_backward(const scorer_dims&, const weights_ref<T>&, const grads_ref<T>&, const Items&, const std::size_t*, std::size_t, const relu_ref<T>&, T*, T*, T*, T*, span<const seq_view<T>>) {}
+    void project(const Items&, const std::size_t*, std::size_t, T*, T*, T*) const {}
+    void dropout(double, std::uint64_t, T*, T*, const std::size_t*, std::size_t) const {}
+    void bilinear_left(const T*, std::size_t, T*, T*) const {}
+    template <class Kind, class Dest, class Keep, class Each>
+    void score_outputs(const T*, const T*, const std::size_t*, std::size_t, const std::size_t*, T*, bool, bool, T*,
+                       Dest&&, Keep&&, Each&&) const {}
+    template <class Kind>
+    void softmax(typename Kind::template view<T>) const {}
+    template <class Kind>
+    void softmax_backward(typename Kind::template view<const T>, typename Kind::template view<const T>,
+                          typename Kind::template view<T>) const {}
+    template <class Kind, class Grad, class Kept>
+    void outputs_backward(const std::size_t*, std::size_t, const std::size_t*, const T*, const T*, span<const Grad>,
+                          bool, Kept&&, T*, T*, T*, T*, T*) const {}
+    template <class Items>
+    void projections_backward(const Items&, const std::size_t*, std::size_t, const T*, const T*, T*, T*, T*, double,
+                              const grads_ref<T>&, span<const seq_view<T>>, T*) const {}
+
+private:
+    scorer_dims d_;
+    std::uint64_t version_ = 0;
 };
 static_assert(check_backend<cuda_backend<float>, float>());
 static_assert(check_backend<cuda_backend<double>, double>());

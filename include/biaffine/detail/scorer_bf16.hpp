@@ -2,12 +2,12 @@
 // (scorer_config::precision = compute_precision::bf16): predict_into's other
 // path, for every output kind, and what it costs.
 //
-// The weights are rounded and packed once per call (bf16_forward's
-// pack_weights: a few milliseconds at 50 labels, against tens to hundreds
-// for the batches a call scores); the splits then go a group at a time
-// through the projections, U W' and their per-split products
-// (bf16_forward::run). Nothing here is kept between calls, so predict stays
-// const and thread-safe.
+// The weights are rounded and packed once per parameter version into the
+// scorer's bf16_weights_cache (made with the scorer, repacked in place when
+// parameter_version() has moved: packing per call took a few milliseconds a
+// batch at 50 labels, a third of a batch's time under a 16 MiB budget); the
+// splits then go a group at a time through the projections, U W' and their
+// per-split products (bf16_forward::run).
 #pragma once
 
 #include "biaffine/abi.hpp"
@@ -26,14 +26,11 @@
 BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
-/// The bf16 forward a float scorer runs in this build.
-using scorer_bf16_forward = bf16_forward<bf16_best_math>;
-
 }  // namespace detail
 
-template <class T>
+template <class T, class Backend>
 template <class Kind, class Items, class Heads, class Dest, class Done>
-void biaffine_scorer<T>::predict_into_bf16(const Items& X, const Heads& H, Dest&& dest, Done&& done) const
+void biaffine_scorer<T, Backend>::predict_into_bf16(const Items& X, const Heads& H, Dest&& dest, Done&& done) const
 {
     if constexpr (!std::is_same<T, float>::value) {
         (void)X, (void)H, (void)dest, (void)done;
@@ -49,8 +46,7 @@ void biaffine_scorer<T>::predict_into_bf16(const Items& X, const Heads& H, Dest&
             N += X[k].rows;
         }
         const std::size_t G = F::capacity(d, N, max_n);
-        detail::bf16_weights<typename F::E> w;
-        F::pack_weights(d, weights(), w);
+        const auto& w = bf16_.prepared(version_, d, weights());
         scratch<unsigned char> s(detail::to_index_size(F::scratch_bytes(d, G, max_n), "bf16 scratch"));
         scratch<std::size_t> heads(Kind::heads ? max_n : 0);
         F::run(
@@ -69,18 +65,18 @@ void biaffine_scorer<T>::predict_into_bf16(const Items& X, const Heads& H, Dest&
     }
 }
 
-// Eval in bf16: the packed weights on the heap, the group scratch and (labels
-// at heads) one split's head list; the caller adds outputs and the stream
-// buffer.
-template <class T>
+// Eval in bf16: the group scratch and (labels at heads) one split's head
+// list; the caller adds outputs and the stream buffer. The packed weights
+// are the scorer's own, like its parameters (bf16_weights_cache), not a
+// batch's.
+template <class T, class Backend>
 template <class Kind>
-batch_cost biaffine_scorer<T>::kind_cost_bf16(std::size_t count, std::size_t max_len) const
+batch_cost biaffine_scorer<T, Backend>::kind_cost_bf16(std::size_t count, std::size_t max_len) const
 {
     using F = detail::scorer_bf16_forward;
     const char* what = "batch cost";
     const std::size_t G = F::capacity(dims(), detail::checked_mul(count, max_len, what), max_len);
     batch_cost c;
-    c.heap = F::weights_bytes(dims());
     c.scratch = detail::checked_add(detail::scratch_bytes<unsigned char>(F::scratch_bytes(dims(), G, max_len)),
                                     detail::scratch_bytes<std::size_t>(Kind::heads ? max_len : 0), what);
     return c;

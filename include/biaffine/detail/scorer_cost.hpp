@@ -16,8 +16,8 @@
 
 BIAFFINE_NAMESPACE_BEGIN
 
-template <class T>
-batch_cost biaffine_scorer<T>::cost(std::size_t count, std::size_t max_len, mode m) const
+template <class T, class Backend>
+batch_cost biaffine_scorer<T, Backend>::cost(std::size_t count, std::size_t max_len, mode m) const
 {
     return kind_cost<detail::full_scores_kind>(count, max_len, m);
 }
@@ -26,9 +26,9 @@ batch_cost biaffine_scorer<T>::cost(std::size_t count, std::size_t max_len, mode
 // scores hold T a group of splits at a time in inference and give the
 // backend a packed block for a split's products; labels at given heads hold
 // T for every row and the packed row of each token's head.
-template <class T>
+template <class T, class Backend>
 template <class Kind>
-batch_cost biaffine_scorer<T>::kind_cost(std::size_t count, std::size_t max_len, mode m) const
+batch_cost biaffine_scorer<T, Backend>::kind_cost(std::size_t count, std::size_t max_len, mode m) const
 {
     using detail::checked_add;
     using detail::checked_mul;
@@ -38,10 +38,12 @@ batch_cost biaffine_scorer<T>::kind_cost(std::size_t count, std::size_t max_len,
     const std::size_t o = cfg_.labels;
     batch_cost c;
     c.outputs = detail::checked_product(what, Kind::elements(max_len, o, what), count, sizeof(T));
+    // What the backend holds on a device (none on the host).
+    c.device = backend_.device_bytes(count, max_len, m);
     const std::uint64_t xp = scratch_bytes<T>(checked_mul(rows, cfg_.n_in, what));
     // X is gathered (inference and both training passes) only where the
     // backend cannot read the splits in place.
-    const std::uint64_t input = detail::compute_backend<T>::reads_items ? 0 : xp;
+    const std::uint64_t input = Backend::reads_items ? 0 : xp;
     const std::uint64_t u = scratch_bytes<T>(checked_mul(rows, hu(), what));
     const std::uint64_t v = scratch_bytes<T>(checked_mul(rows, hv(), what));
     const std::uint64_t t = scratch_bytes<T>(detail::checked_product(what, rows, o, hv()));
@@ -67,7 +69,7 @@ batch_cost biaffine_scorer<T>::kind_cost(std::size_t count, std::size_t max_len,
         const std::uint64_t eval_t =
             Kind::heads ? t
                         : scratch_bytes<T>(detail::checked_product(
-                              what, eval_t_rows(detail::to_index_size(rows, what), max_len), o, hv()));
+                              what, backend_.eval_t_rows(detail::to_index_size(rows, what), max_len), o, hv()));
         const std::uint64_t packed = scratch_bytes<T>(packed_elements(split_len));
         const std::uint64_t uv_t = checked_add(checked_add(u, v, what), eval_t, what);
         c.scratch = checked_add(
@@ -106,8 +108,8 @@ batch_cost biaffine_scorer<T>::kind_cost(std::size_t count, std::size_t max_len,
     return c;
 }
 
-template <class T>
-batch_cost biaffine_scorer<T>::padded_cost(std::size_t count, std::size_t max_len, mode m) const
+template <class T, class Backend>
+batch_cost biaffine_scorer<T, Backend>::padded_cost(std::size_t count, std::size_t max_len, mode m) const
 {
     batch_cost c = cost(count, max_len, m);
     const std::uint64_t views = detail::checked_mul(count, sizeof(seq_view<const T>), "batch cost");
@@ -125,15 +127,15 @@ batch_cost biaffine_scorer<T>::padded_cost(std::size_t count, std::size_t max_le
 // Elements of the packed block the backend carves for splits of up to
 // max_len tokens (and in training a batch of up to `rows` rows), inference
 // and training (0 for Eigen).
-template <class T>
-std::size_t biaffine_scorer<T>::packed_elements(std::size_t max_len) const noexcept
+template <class T, class Backend>
+std::size_t biaffine_scorer<T, Backend>::packed_elements(std::size_t max_len) const noexcept
 {
-    return detail::compute_backend<T>::packed_elements(dims(), max_len);
+    return backend_.packed_elements(max_len);
 }
-template <class T>
-std::size_t biaffine_scorer<T>::train_packed_elements(std::size_t max_len, std::size_t rows) const noexcept
+template <class T, class Backend>
+std::size_t biaffine_scorer<T, Backend>::train_packed_elements(std::size_t max_len, std::size_t rows) const noexcept
 {
-    return detail::compute_backend<T>::train_packed_elements(dims(), max_len, rows);
+    return backend_.train_packed_elements(max_len, rows);
 }
 
 BIAFFINE_NAMESPACE_END

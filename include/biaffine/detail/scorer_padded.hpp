@@ -20,17 +20,17 @@
 
 BIAFFINE_NAMESPACE_BEGIN
 
-template <class T>
+template <class T, class Backend>
 template <class X3, class Lengths>
-score_array<T> biaffine_scorer<T>::predict_padded(const X3& x, const Lengths& lengths) const
+score_array<T> biaffine_scorer<T, Backend>::predict_padded(const X3& x, const Lengths& lengths) const
 {
     return predict_padded_kind<detail::full_scores_kind>(padded_views(x, lengths), detail::no_heads{}, x.shape()[1]);
 }
 
-template <class T>
+template <class T, class Backend>
 template <class X3, class Lengths>
-std::pair<score_array<T>, typename biaffine_scorer<T>::padded_backprop_type>
-biaffine_scorer<T>::forward_padded(const X3& x, const Lengths& lengths, mode m)
+std::pair<score_array<T>, typename biaffine_scorer<T, Backend>::padded_backprop_type>
+biaffine_scorer<T, Backend>::forward_padded(const X3& x, const Lengths& lengths, mode m)
 {
     return forward_padded_kind<detail::full_scores_kind>(padded_views(x, lengths), detail::no_heads{}, x.shape()[1],
                                                          m);
@@ -38,9 +38,9 @@ biaffine_scorer<T>::forward_padded(const X3& x, const Lengths& lengths, mode m)
 
 // The padded output of a kind, `[b, L, L(, o)]` or `[b, L, o]`, padded cells
 // not yet filled (labels at heads: zeros from the start).
-template <class T>
+template <class T, class Backend>
 template <class Kind>
-score_array<T> biaffine_scorer<T>::new_padded(std::size_t b, std::size_t L) const
+score_array<T> biaffine_scorer<T, Backend>::new_padded(std::size_t b, std::size_t L) const
 {
     if constexpr (Kind::heads) {
         const std::size_t o = cfg_.labels;
@@ -51,9 +51,9 @@ score_array<T> biaffine_scorer<T>::new_padded(std::size_t b, std::size_t L) cons
     }
 }
 
-template <class T>
+template <class T, class Backend>
 template <class Kind, class Views, class Heads>
-score_array<T> biaffine_scorer<T>::predict_padded_kind(const Views& views, const Heads& H, std::size_t L) const
+score_array<T> biaffine_scorer<T, Backend>::predict_padded_kind(const Views& views, const Heads& H, std::size_t L) const
 {
     const std::size_t b = views.size(), o = cfg_.labels;
     score_array<T> y = new_padded<Kind>(b, L);
@@ -65,10 +65,10 @@ score_array<T> biaffine_scorer<T>::predict_padded_kind(const Views& views, const
 
 // Padded forward of a kind: `([b, L, ...], backprop)`, `backprop(dy)` of the
 // output's shape -> `dx [b, L, n_in]` (zero at padded positions).
-template <class T>
+template <class T, class Backend>
 template <class Kind, class Views, class Heads>
-std::pair<score_array<T>, typename biaffine_scorer<T>::padded_backprop_type>
-biaffine_scorer<T>::forward_padded_kind(const Views& views, const Heads& H, std::size_t L, mode m)
+std::pair<score_array<T>, typename biaffine_scorer<T, Backend>::padded_backprop_type>
+biaffine_scorer<T, Backend>::forward_padded_kind(const Views& views, const Heads& H, std::size_t L, mode m)
 {
     const std::size_t b = views.size(), o = cfg_.labels, n_in = cfg_.n_in;
     score_array<T> y = new_padded<Kind>(b, L);
@@ -102,17 +102,17 @@ biaffine_scorer<T>::forward_padded_kind(const Views& views, const Heads& H, std:
     return {std::move(y), std::move(bp)};
 }
 
-template <class T>
-typename score_array<T>::shape_type biaffine_scorer<T>::padded_shape(std::size_t b, std::size_t L) const
+template <class T, class Backend>
+typename score_array<T>::shape_type biaffine_scorer<T, Backend>::padded_shape(std::size_t b, std::size_t L) const
 {
     detail::checked_product("padded scores", b, L, L, cfg_.labels, sizeof(T));
     if (cfg_.labels == 1) return {b, L, L};
     return {b, L, L, cfg_.labels};
 }
 
-template <class T>
+template <class T, class Backend>
 template <class X3, class Lengths>
-tracked_vector<seq_view<const T>> biaffine_scorer<T>::padded_views(const X3& x, const Lengths& lengths) const
+tracked_vector<seq_view<const T>> biaffine_scorer<T, Backend>::padded_views(const X3& x, const Lengths& lengths) const
 {
     if (x.dimension() != 3) {
         throw shape_error(detail::msg("padded input: expected x [b, L, n_in], got ", x.dimension(), " dimensions"));
@@ -141,9 +141,9 @@ tracked_vector<seq_view<const T>> biaffine_scorer<T>::padded_views(const X3& x, 
 
 // Padded cells: 0 where the output is a softmax (what it gives a masked
 // head), else the mask value (what a masked logit is).
-template <class T>
+template <class T, class Backend>
 template <class Views>
-void biaffine_scorer<T>::fill_padding(score_array<T>& y, const Views& views, mode m) const
+void biaffine_scorer<T, Backend>::fill_padding(score_array<T>& y, const Views& views, mode m) const
 {
     const std::size_t b = y.shape()[0], L = y.shape()[1], o = cfg_.labels;
     const T pad = softmax_in(m) ? T(0) : mask_value<T>();

@@ -1,7 +1,9 @@
 // biaffine/detail/compute/backend.hpp - the one place that chooses the
 // scorer's compute backend per scalar type.
 //
-// A backend is a type with the static operations listed on eigen_backend.
+// A host backend is a type with the static per-split operations listed on
+// eigen_backend (check_host_ops); host_batch turns it into the batch-level
+// backend object the scorer holds (check_backend, interface.hpp).
 // double always runs on Eigen. float runs on the GEMM kernel of
 // avx2_kernel.hpp wherever the compiler targets AVX2 and FMA (on AVX-512
 // targets with its 512-bit body), unless BIAFFINE_NO_GEMM_KERNEL; it was
@@ -15,6 +17,7 @@
 #include "biaffine/abi.hpp"  // BIAFFINE_GEMM_KERNEL: the rule, beside the ABI name it sets
 #include "biaffine/config.hpp"
 #include "biaffine/detail/compute/eigen_backend.hpp"
+#include "biaffine/detail/compute/host_batch.hpp"
 
 #if defined(BIAFFINE_USE_BLAS)
 #include "biaffine/detail/compute/blas_backend.hpp"
@@ -47,6 +50,16 @@ struct backend_choice<float> {
 /// which: "eigen", "avx2" or "blas"; `operations` what runs each product).
 template <class T>
 using compute_backend = typename backend_choice<T>::type;
+
+/// The batch-level backend object the scorer holds for T by default: the
+/// host ops above under host_batch (biaffine_scorer's second template
+/// argument; fwd.hpp names it).
+template <class T>
+struct scorer_backend_choice {
+    using type = host_batch<compute_backend<T>, T>;
+};
+template <class T>
+using scorer_backend = typename scorer_backend_choice<T>::type;
 
 }  // namespace detail
 BIAFFINE_NAMESPACE_END

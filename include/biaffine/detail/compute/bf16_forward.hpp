@@ -35,8 +35,10 @@
 #include "biaffine/abi.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <type_traits>
 #include <vector>
 
@@ -449,6 +451,54 @@ private:
         for (std::size_t i = 0; i < rows; ++i)
             for (std::size_t c = h; c < ld; ++c) a[i * ld + c] = A(ones && c == h ? 1.0f : 0.0f);
     }
+};
+
+/// The bf16 forward a float scorer runs in this build.
+using scorer_bf16_forward = bf16_forward<bf16_best_math>;
+
+/// A float scorer's weights as scorer_bf16_forward reads them, kept with
+/// the scorer (compute_precision::bf16) and repacked in place - the sizes
+/// never change - when the scorer's parameter version has moved; the first
+/// of several concurrent const calls repacks, the others wait for it.
+class bf16_weights_cache {
+public:
+    using weights = bf16_weights<scorer_bf16_forward::E>;
+    bf16_weights_cache() = default;
+    // A copy holds the same bytes but packs again on first use (its
+    // scorer's version counter is its own).
+    bf16_weights_cache(const bf16_weights_cache& o) : w_(o.w_) {}
+    bf16_weights_cache& operator=(const bf16_weights_cache& o)
+    {
+        if (this != &o) {
+            w_ = o.w_;
+            version_.store(0, std::memory_order_release);
+        }
+        return *this;
+    }
+    /// Allocates and packs (with the scorer: these bytes are the scorer's).
+    void make(std::uint64_t version, const scorer_dims& d, const weights_ref<float>& w)
+    {
+        scorer_bf16_forward::pack_weights(d, w, w_);
+        version_.store(version, std::memory_order_release);
+    }
+    /// The packed weights of `version`, repacked in place if they are older.
+    const weights& prepared(std::uint64_t version, const scorer_dims& d, const weights_ref<float>& w)
+    {
+        if (version_.load(std::memory_order_acquire) != version) {
+            const std::lock_guard<std::mutex> g(lock_);
+            if (version_.load(std::memory_order_relaxed) != version) {
+                scorer_bf16_forward::pack_weights(d, w, w_);
+                version_.store(version, std::memory_order_release);
+            }
+        }
+        return w_;
+    }
+    std::size_t bytes() const noexcept { return w_.bytes(); }
+
+private:
+    weights w_;
+    std::atomic<std::uint64_t> version_{0};
+    std::mutex lock_;
 };
 
 }  // namespace detail

@@ -1,17 +1,51 @@
 // biaffine/detail/compute/interface.hpp - the contract between the scorer and
-// a compute backend, and check_backend<B, T>(), which states it at compile
-// time with one named message per missing operation (as check_split_layer
-// does for layers).
+// a compute backend, at two levels, each stated at compile time with one
+// named message per missing operation (as check_split_layer does for
+// layers):
+//   check_backend<B, T>()    the backend object the scorer holds (batch level)
+//   check_host_ops<Ops, T>() the static per-split operations host_batch<Ops, T>
+//                            (detail/compute/host_batch.hpp) turns into one
 //
-// A backend is a type with static operations over one batch's packed rows
-// (N rows, the splits at row offsets `off`, h = hidden, hu / hv the two
-// sides of W with their bias columns). The scorer owns the order of
-// operations and the buffers (workspace scratch, sized by the backend's
-// *_elements); the backend owns the arithmetic. Shapes:
+// The batch level. An object built from the scorer's sizes, `B(dims)`, held
+// by the scorer (biaffine_scorer<T, B>) for its lifetime; const operations
+// may run concurrently (predict), prepare() does not overlap them except as
+// the scorer calls it (see weights_slot). N packed rows of a batch of
+// `count` splits at row offsets `off` [count + 1]; u [N, hu], v [N, hv], t
+// [N, o * hv] (inference, full scores: eval_t_rows of them); Kind is an
+// output kind (detail/output_kind.hpp).
+//
+//   name, operations, reads_items      as for the host ops (reads_items false: the cost
+//                                      model counts a gathered copy of the inputs)
+//   prepared_version()                 the parameter version prepare() last took (0: none)
+//   prepare(version, w)                take the parameters (pack, copy to a device); the
+//                                      scorer calls it exactly when its parameter_version()
+//                                      differs from prepared_version()
+//   device_bytes(count, max_len, m)    bytes a batch holds on a device (the cost model's
+//                                      `device`; 0 on the host)
+//   packed_elements(max_len), train_packed_elements(max_len, rows)   scratch sizes
+//   eval_t_rows(N, max_len)            rows of T inference holds at once
+//   project(X, off, N, u, v, packed)   U, V after relu, from the splits X
+//   dropout(rate, seed, u, v, off, count)   one mask per split and feature
+//   bilinear_left(u, N, t, packed)     t = u W' for every row
+//   score_outputs<Kind>(u, v, off, count, head_rows, t, keep_t, softmax, packed, dest, keep, each)
+//                                      every split's output into dest(k, n), normalised when
+//                                      softmax, copied to keep(k) when non-null, then each(k, y)
+//   softmax<Kind>(y), softmax_backward<Kind>(y, dy, ds)
+//   outputs_backward<Kind>(off, count, head_rows, v, t, dY, softmax, kept, y_tmp, ds, dv, dt, packed)
+//                                      the per-split loop backward to dV and dT
+//   projections_backward(X, off, N, u, v, dt, dv, du, rate, g, dX, packed)
+//                                      through W, relu, dropout and the projections to every
+//                                      parameter gradient and dX
+//
+// The host ops, per split (what host_batch wraps; shapes as above, h =
+// hidden, hu / hv the two sides of W with their bias columns). The
+// batch-level layer owns the order of operations and the buffers
+// (workspace scratch, sized by the ops' *_elements); the ops own the
+// arithmetic:
 //
 //   name, operations                   what it is and what runs each product (benches, logs)
 //   reads_items                        true: project_items / input_backward read the splits
-//                                      in place; false: the scorer gathers them into xp first
+//                                      in place; false: the splits are gathered into xp first
 //   packed_elements(d, max_len)        scratch the inference path gives it as `packed`
 //   train_packed_elements(d, max_len, rows)   the same for a training batch of up to `rows` rows
 //   projections(d, w, xp, N, u, v, packed)    u [N, hu] = relu(xp Wh^T + bh) | 1, v likewise
@@ -33,17 +67,20 @@
 // Every backend must give the same bytes for the same inputs whatever the
 // batch composition (a split's scores may not depend on its neighbours).
 // detail/compute/backend.hpp chooses one per scalar type; the tests run
-// check_backend on each (test_backend.cpp) and on a user backend missing an
-// operation (tests/protocol/backend_probe.cpp).
+// both checks on each (test_backend.cpp, test_host_batch.cpp) and on user
+// backends missing an operation (tests/protocol/backend_probe.cpp).
 #pragma once
 
 #include "biaffine/abi.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 #include <utility>
 
 #include "biaffine/detail/compute/operands.hpp"
+#include "biaffine/detail/output_kind.hpp"
+#include "biaffine/layer.hpp"
 #include "biaffine/tensor.hpp"
 #include "biaffine/workspace.hpp"
 
@@ -120,25 +157,108 @@ BIAFFINE_BACKEND_DETECTOR(input_backward,
 
 #undef BIAFFINE_BACKEND_DETECTOR
 
+// The batch level: operations of an object (const unless stated).
+template <class T>
+struct dest_probe {
+    score_view<T> operator()(std::size_t, std::size_t) const { return {}; }
+};
+template <class T>
+struct heads_dest_probe {
+    seq_view<T> operator()(std::size_t, std::size_t) const { return {}; }
+};
+template <class T>
+struct keep_probe {
+    T* operator()(std::size_t) const { return nullptr; }
+};
+template <class T>
+struct each_probe {
+    template <class V>
+    void operator()(std::size_t, V) const {}
+};
+
+#define BIAFFINE_BATCH_DETECTOR(op, ...)                                            \
+    template <class B, class T, class = void>                                       \
+    struct has_batch_##op : std::false_type {};                                     \
+    template <class B, class T>                                                     \
+    struct has_batch_##op<B, T, std::void_t<decltype(__VA_ARGS__)>> : std::true_type {};
+
+BIAFFINE_BATCH_DETECTOR(construct, B(std::declval<const scorer_dims&>()))
+BIAFFINE_BATCH_DETECTOR(prepared_version,
+                        static_cast<std::uint64_t>(std::declval<const B&>().prepared_version()))
+BIAFFINE_BATCH_DETECTOR(prepare, std::declval<B&>().prepare(std::uint64_t(), std::declval<const weights_ref<T>&>()))
+BIAFFINE_BATCH_DETECTOR(device_bytes, static_cast<std::uint64_t>(std::declval<const B&>().device_bytes(
+                                          std::size_t(), std::size_t(), mode::eval)))
+BIAFFINE_BATCH_DETECTOR(packed_elements, static_cast<std::size_t>(std::declval<const B&>().packed_elements(std::size_t())))
+BIAFFINE_BATCH_DETECTOR(train_packed_elements, static_cast<std::size_t>(std::declval<const B&>().train_packed_elements(
+                                                   std::size_t(), std::size_t())))
+BIAFFINE_BATCH_DETECTOR(eval_t_rows,
+                        static_cast<std::size_t>(std::declval<const B&>().eval_t_rows(std::size_t(), std::size_t())))
+BIAFFINE_BATCH_DETECTOR(project, std::declval<const B&>().project(std::declval<const items<T>&>(), p<const std::size_t>(),
+                                                                  std::size_t(), p<T>(), p<T>(), p<T>()))
+BIAFFINE_BATCH_DETECTOR(dropout, std::declval<const B&>().dropout(double(), std::uint64_t(), p<T>(), p<T>(),
+                                                                  p<const std::size_t>(), std::size_t()))
+BIAFFINE_BATCH_DETECTOR(bilinear_left,
+                        std::declval<const B&>().bilinear_left(p<const T>(), std::size_t(), p<T>(), p<T>()))
+BIAFFINE_BATCH_DETECTOR(score_outputs,
+                        (std::declval<const B&>().template score_outputs<full_scores_kind>(
+                             p<const T>(), p<const T>(), p<const std::size_t>(), std::size_t(), p<const std::size_t>(),
+                             p<T>(), bool(), bool(), p<T>(), dest_probe<T>{}, keep_probe<T>{}, each_probe<T>{}),
+                         std::declval<const B&>().template score_outputs<labels_at_heads_kind>(
+                             p<const T>(), p<const T>(), p<const std::size_t>(), std::size_t(), p<const std::size_t>(),
+                             p<T>(), bool(), bool(), p<T>(), heads_dest_probe<T>{}, keep_probe<T>{}, each_probe<T>{})))
+BIAFFINE_BATCH_DETECTOR(softmax, (std::declval<const B&>().template softmax<full_scores_kind>(score_view<T>{}),
+                                  std::declval<const B&>().template softmax<labels_at_heads_kind>(seq_view<T>{})))
+BIAFFINE_BATCH_DETECTOR(softmax_backward,
+                        (std::declval<const B&>().template softmax_backward<full_scores_kind>(
+                             score_view<const T>{}, score_view<const T>{}, score_view<T>{}),
+                         std::declval<const B&>().template softmax_backward<labels_at_heads_kind>(
+                             seq_view<const T>{}, seq_view<const T>{}, seq_view<T>{})))
+BIAFFINE_BATCH_DETECTOR(outputs_backward,
+                        (std::declval<const B&>().template outputs_backward<full_scores_kind>(
+                             p<const std::size_t>(), std::size_t(), p<const std::size_t>(), p<const T>(), p<const T>(),
+                             span<const score_view<const T>>(), bool(), keep_probe<const T>{}, p<T>(), p<T>(), p<T>(),
+                             p<T>(), p<T>()),
+                         std::declval<const B&>().template outputs_backward<labels_at_heads_kind>(
+                             p<const std::size_t>(), std::size_t(), p<const std::size_t>(), p<const T>(), p<const T>(),
+                             span<const seq_view<const T>>(), bool(), keep_probe<const T>{}, p<T>(), p<T>(), p<T>(),
+                             p<T>(), p<T>())))
+BIAFFINE_BATCH_DETECTOR(projections_backward,
+                        std::declval<const B&>().projections_backward(
+                            std::declval<const items<T>&>(), p<const std::size_t>(), std::size_t(), p<const T>(),
+                            p<const T>(), p<T>(), p<T>(), p<T>(), double(), std::declval<const grads_ref<T>&>(),
+                            std::declval<span<const seq_view<T>>>(), p<T>()))
+
+#undef BIAFFINE_BATCH_DETECTOR
+
 template <class B, class T, class = void>
 struct reads_items_value : std::false_type {};
 template <class B, class T>
 struct reads_items_value<B, T, std::enable_if_t<has_reads_items<B, T>::value>>
     : std::integral_constant<bool, B::reads_items> {};
 
+// What both levels name themselves with (a user's mistake here gets the
+// same message at either level).
+template <class B, class T>
+constexpr bool check_names()
+{
+    static_assert(has_name<B, T>::value, "biaffine backend contract: the backend has no name (const char*)");
+    static_assert(has_operations<B, T>::value,
+                  "biaffine backend contract: the backend has no operations (const char*)");
+    static_assert(has_reads_items<B, T>::value, "biaffine backend contract: the backend has no reads_items (bool)");
+    return true;
+}
+
 }  // namespace backend_probe
 
-/// Compile-time check of a compute backend `B` for scalar type `T`: every
-/// operation of the contract above, each missing one failing with its own
-/// message. Returns true, so it can sit in a static_assert.
+/// Compile-time check of a type of host ops `B` (what host_batch wraps) for
+/// scalar type `T`: every per-split operation of the contract above, each
+/// missing one failing with its own message. Returns true, so it can sit
+/// in a static_assert.
 template <class B, class T>
-constexpr bool check_backend()
+constexpr bool check_host_ops()
 {
     namespace p = backend_probe;
-    static_assert(p::has_name<B, T>::value, "biaffine backend contract: the backend has no name (const char*)");
-    static_assert(p::has_operations<B, T>::value,
-                  "biaffine backend contract: the backend has no operations (const char*)");
-    static_assert(p::has_reads_items<B, T>::value, "biaffine backend contract: the backend has no reads_items (bool)");
+    static_assert(backend_probe::check_names<B, T>());
     static_assert(p::has_packed_elements<B, T>::value,
                   "biaffine backend contract: the backend has no packed_elements(dims, max_len)");
     static_assert(p::has_train_packed_elements<B, T>::value,
@@ -169,6 +289,50 @@ constexpr bool check_backend()
     static_assert(p::has_input_backward<B, T>::value,
                   "biaffine backend contract: the backend has no "
                   "input_backward(dims, w, g, X, off, N, a, dau, dav, xp, packed, dX)");
+    return true;
+}
+
+/// Compile-time check of a batch-level backend `B` for scalar type `T` (the
+/// object biaffine_scorer<T, B> holds): every operation of the contract
+/// above, each missing one failing with its own message.
+template <class B, class T>
+constexpr bool check_backend()
+{
+    namespace p = backend_probe;
+    static_assert(backend_probe::check_names<B, T>());
+    static_assert(p::has_batch_construct<B, T>::value,
+                  "biaffine backend contract: the backend cannot be built from the scorer's dims (B(dims))");
+    static_assert(p::has_batch_prepared_version<B, T>::value,
+                  "biaffine backend contract: the backend has no prepared_version() const");
+    static_assert(p::has_batch_prepare<B, T>::value,
+                  "biaffine backend contract: the backend has no prepare(version, weights)");
+    static_assert(p::has_batch_device_bytes<B, T>::value,
+                  "biaffine backend contract: the backend has no device_bytes(count, max_len, mode) const");
+    static_assert(p::has_batch_packed_elements<B, T>::value,
+                  "biaffine backend contract: the backend has no packed_elements(max_len) const");
+    static_assert(p::has_batch_train_packed_elements<B, T>::value,
+                  "biaffine backend contract: the backend has no train_packed_elements(max_len, rows) const");
+    static_assert(p::has_batch_eval_t_rows<B, T>::value,
+                  "biaffine backend contract: the backend has no eval_t_rows(N, max_len) const");
+    static_assert(p::has_batch_project<B, T>::value,
+                  "biaffine backend contract: the backend has no project(X, off, N, u, v, packed) const");
+    static_assert(p::has_batch_dropout<B, T>::value,
+                  "biaffine backend contract: the backend has no dropout(rate, seed, u, v, off, count) const");
+    static_assert(p::has_batch_bilinear_left<B, T>::value,
+                  "biaffine backend contract: the backend has no bilinear_left(u, N, t, packed) const");
+    static_assert(p::has_batch_score_outputs<B, T>::value,
+                  "biaffine backend contract: the backend has no score_outputs<Kind>(u, v, off, count, head_rows, "
+                  "t, keep_t, softmax, packed, dest, keep, each) const");
+    static_assert(p::has_batch_softmax<B, T>::value,
+                  "biaffine backend contract: the backend has no softmax<Kind>(y) const");
+    static_assert(p::has_batch_softmax_backward<B, T>::value,
+                  "biaffine backend contract: the backend has no softmax_backward<Kind>(y, dy, ds) const");
+    static_assert(p::has_batch_outputs_backward<B, T>::value,
+                  "biaffine backend contract: the backend has no outputs_backward<Kind>(off, count, head_rows, v, t, "
+                  "dY, softmax, kept, y_tmp, ds, dv, dt, packed) const");
+    static_assert(p::has_batch_projections_backward<B, T>::value,
+                  "biaffine backend contract: the backend has no projections_backward(X, off, N, u, v, dt, dv, du, "
+                  "rate, g, dX, packed) const");
     return true;
 }
 

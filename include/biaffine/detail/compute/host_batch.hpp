@@ -1,0 +1,368 @@
+// biaffine/detail/compute/host_batch.hpp - the batch-level layer every CPU
+// backend gets: host_batch<Ops, T> wraps a type of static per-split
+// operations (eigen_backend, avx2_backend, blas_backend: the host ops of
+// interface.hpp) into the backend object the scorer holds.
+//
+// It owns what used to sit in the scorer between backend calls: the gather
+// of a batch's splits and the projections, dropout on the activations, the
+// per-split loop of each output kind (full scores through bilinear_scores /
+// split_scores, labels at heads through head_scores) with its softmax and
+// the copy of outputs kept for backward, and the same loop backward. A
+// device backend implements these batch-level operations itself (one
+// grouped call where this layer loops; tests/cuda/backend_skeleton.cu).
+//
+// State: the weights the backend has prepared (weights_slot), tagged with
+// the scorer's parameter version. The scorer calls prepare(version, w)
+// whenever its version differs from prepared_version(); CPU backends keep
+// the pointers (nothing to pack), a device backend would copy or pack here.
+#pragma once
+
+#include "biaffine/abi.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <random>
+#include <utility>
+
+#include "biaffine/config.hpp"
+#include "biaffine/detail/checked.hpp"
+#include "biaffine/detail/compute/eigen_backend.hpp"
+#include "biaffine/detail/compute/interface.hpp"
+#include "biaffine/detail/compute/operands.hpp"
+#include "biaffine/detail/eigen.hpp"
+#include "biaffine/detail/output_kind.hpp"
+#include "biaffine/detail/random.hpp"
+#include "biaffine/layer.hpp"
+#include "biaffine/tensor.hpp"
+#include "biaffine/workspace.hpp"
+
+BIAFFINE_NAMESPACE_BEGIN
+namespace detail {
+
+// Asks for `count` elements from `p` on to be brought into cache: a later
+// split's rows of V while this one is scored (the projections wrote them
+// long before). 1M tokens, o = 1, 2 threads: 1.008 / 1.045 / 1.000 s
+// against 1.038 / 1.044 / 1.032 (alternated, Zen 4 EPYC, AVX-512).
+template <class T>
+inline void prefetch_rows(const T* p, std::size_t count) noexcept
+{
+#if defined(__GNUC__) || defined(__clang__)
+    const char* b = reinterpret_cast<const char*>(p);
+    for (std::size_t i = 0; i < count * sizeof(T); i += 64) __builtin_prefetch(b + i, 0, 2);
+#else
+    (void)p;
+    (void)count;
+#endif
+}
+
+// The per-split loops' prefetch: at split k, fetch(j) for the split
+// BIAFFINE_PREFETCH_SPLITS_AHEAD on (and, at k = 0, for the ones before it).
+template <class Fetch>
+inline void prefetch_ahead(std::size_t k, std::size_t count, Fetch&& fetch)
+{
+    constexpr std::size_t ahead = BIAFFINE_PREFETCH_SPLITS_AHEAD;
+    if (ahead == 0) return;
+    if (k == 0) {
+        for (std::size_t j = 1; j < ahead && j < count; ++j) fetch(j);
+    }
+    if (k + ahead < count) fetch(k + ahead);
+}
+
+/// The parameters a backend has prepared and the scorer's parameter version
+/// they belong to (0: none yet). A copy or a move belongs to another
+/// scorer's parameters, so it starts unprepared. prepare may run from
+/// concurrent const calls (predict) after a change: the first one fills the
+/// slot under the lock, the others find it filled.
+template <class T>
+struct weights_slot {
+    static constexpr std::uint64_t none = 0;
+    weights_ref<T> w{};
+    std::atomic<std::uint64_t> version{none};
+    std::mutex lock;
+
+    weights_slot() = default;
+    weights_slot(const weights_slot&) noexcept {}
+    weights_slot& operator=(const weights_slot&) noexcept
+    {
+        w = {};
+        version.store(none, std::memory_order_release);
+        return *this;
+    }
+    std::uint64_t prepared() const noexcept { return version.load(std::memory_order_acquire); }
+    /// Runs fill() and records `v`, unless another thread recorded it first.
+    template <class Fill>
+    void update(std::uint64_t v, Fill&& fill)
+    {
+        const std::lock_guard<std::mutex> g(lock);
+        if (version.load(std::memory_order_relaxed) == v) return;
+        fill();
+        version.store(v, std::memory_order_release);
+    }
+};
+
+/// The batch-level backend over a CPU backend's static per-split operations
+/// `Ops` (see interface.hpp for both contracts). Shapes: N packed rows of a
+/// batch of `count` splits at row offsets `off` ([count + 1]); u [N, hu], v
+/// [N, hv], t [N, o * hv] (or the group eval_t_rows holds).
+template <class Ops, class T>
+class host_batch {
+    static_assert(check_host_ops<Ops, T>(), "host_batch<Ops, T>: Ops breaks the host ops contract");
+
+public:
+    using ops = Ops;
+    using value_type = T;
+    static constexpr const char* name = Ops::name;
+    static constexpr const char* operations = Ops::operations;
+    /// false: project() gathers the splits into a packed copy first (the
+    /// cost model counts it).
+    static constexpr bool reads_items = Ops::reads_items;
+
+    explicit host_batch(const scorer_dims& d) : d_(d) {}
+
+    const scorer_dims& dims() const noexcept { return d_; }
+
+    // ------------------------------------------------------------ state
+
+    /// The parameter version prepare() last saw (0: none).
+    std::uint64_t prepared_version() const noexcept { return slot_.prepared(); }
+    /// Takes the parameters of `version`: the host backends keep the
+    /// pointers (their products read the weights in place or pack them per
+    /// call).
+    void prepare(std::uint64_t version, const weights_ref<T>& w)
+    {
+        slot_.update(version, [&] { slot_.w = w; });
+    }
+    /// The weights prepare() took.
+    const weights_ref<T>& weights() const noexcept { return slot_.w; }
+    /// Bytes a batch of `count` splits of at most `max_len` rows holds on a
+    /// device: none on the host.
+    std::uint64_t device_bytes(std::size_t /*count*/, std::size_t /*max_len*/, mode /*m*/) const noexcept
+    {
+        return 0;
+    }
+
+    // ------------------------------------------------------------ sizes
+
+    std::size_t packed_elements(std::size_t max_len) const noexcept { return Ops::packed_elements(d_, max_len); }
+    std::size_t train_packed_elements(std::size_t max_len, std::size_t rows) const noexcept
+    {
+        return Ops::train_packed_elements(d_, max_len, rows);
+    }
+    /// Rows of T inference holds at once (the backend's group, or the batch).
+    std::size_t eval_t_rows(std::size_t N, std::size_t max_len) const noexcept
+    {
+        return t_group_rows(Ops::score_group_rows(d_), N, max_len);
+    }
+
+    // ------------------------------------------------------------ forward
+
+    /// U and V (after relu) for the packed rows of the splits X.
+    template <class Items>
+    void project(const Items& X, const std::size_t* off, std::size_t N, T* u, T* v, T* packed) const
+    {
+        if constexpr (Ops::reads_items) {
+            Ops::project_items(d_, slot_.w, X, off, N, u, v, packed);
+        } else {
+            scratch<T> xp(to_index_size(checked_mul(N, d_.n_in, "packed input"), "packed input"));
+            gather_rows(X, off, d_.n_in, xp.data());
+            Ops::projections(d_, slot_.w, xp.data(), N, u, v, packed);
+        }
+    }
+
+    /// Dropout at `rate` on U and V: one mask per split and feature, shared
+    /// over the split's tokens; kept units scaled by 1 / (1 - rate). Drawn
+    /// from a per-batch seed so backward can redraw the same masks when it
+    /// recomputes the forward.
+    void dropout(double rate, std::uint64_t seed, T* u, T* v, const std::size_t* off, std::size_t count) const
+    {
+        std::mt19937_64 gen(seed);
+        const T scale = static_cast<T>(1.0 / (1.0 - rate));
+        tracked_vector<T> mask(d_.hidden);
+        for (T* a : {u, v}) {
+            const std::size_t width = a == u ? d_.hu() : d_.hv();
+            for (std::size_t k = 0; k < count; ++k) {
+                for (auto& m : mask) m = uniform01(gen) < rate ? T(0) : scale;
+                for (std::size_t r = off[k]; r < off[k + 1]; ++r) {
+                    for (std::size_t j = 0; j < d_.hidden; ++j) a[r * width + j] *= mask[j];
+                }
+            }
+        }
+    }
+
+    /// t [N, o * hv] = u W' (nothing for N = 0).
+    void bilinear_left(const T* u, std::size_t N, T* t, T* packed) const
+    {
+        if (N == 0) return;  // no products for empty splits (see eigen_backend)
+        Ops::bilinear_left(d_, slot_.w.w, u, N, t, packed);
+    }
+
+    /// Every split's output of one kind from the packed activations: full
+    /// scores take T a group of splits at a time (Ops::bilinear_scores, T
+    /// kept for every row when `keep_t`), labels at given heads take T for
+    /// every row first (they read it at the heads, anywhere in the batch;
+    /// head_rows [N] is the packed row of each token's head). Split k's
+    /// output goes into `dest(k, n)`; then, with `softmax`, it is
+    /// normalised; a non-null `keep(k)` gets a dense copy (what backward
+    /// reads); then `each(k, y)`.
+    template <class Kind, class Dest, class Keep, class Each>
+    void score_outputs(const T* u, const T* v, const std::size_t* off, std::size_t count,
+                       const std::size_t* head_rows, T* t, bool keep_t, bool softmax, T* packed, Dest&& dest,
+                       Keep&& keep, Each&& each) const
+    {
+        const std::size_t o = d_.labels, hv = d_.hv();
+        const auto finish = [&](std::size_t k, typename Kind::template view<T> y) {
+            if (softmax) Kind::softmax(y);
+            if (T* kept = keep(k)) Kind::copy(Kind::read_only(y), kept);
+            each(k, y);
+        };
+        if constexpr (Kind::heads) {
+            const std::size_t N = off[count];
+            bilinear_left(u, N, t, packed);
+            for (std::size_t k = 0; k < count; ++k) {
+                const std::size_t n = off[k + 1] - off[k];
+                seq_view<T> y = dest(k, n);
+                if (n != 0) Ops::head_scores(const_row_block(v + off[k] * hv, n, hv), t, head_rows + off[k], o, y);
+                finish(k, y);
+            }
+        } else {
+            (void)head_rows;
+            const auto split = [&](std::size_t k, const T* t_rows, T* rest) {
+                const std::size_t n = off[k + 1] - off[k];
+                prefetch_ahead(k, count,
+                               [&](std::size_t j) { prefetch_rows(v + off[j] * hv, (off[j + 1] - off[j]) * hv); });
+                score_view<T> s = dest(k, n);
+                Ops::split_scores(const_row_block(v + off[k] * hv, n, hv), t_rows, o, s, rest);
+                finish(k, s);
+            };
+            // With only empty splits (t may be null then) each split is
+            // scored from no rows of T.
+            if (off[count] == 0) {
+                for (std::size_t k = 0; k < count; ++k) split(k, static_cast<const T*>(nullptr), packed);
+                return;
+            }
+            Ops::bilinear_scores(d_, slot_.w.w, u, off, count, t, keep_t, packed, split);
+        }
+    }
+
+    /// In-place softmax of one split's output over its kind's axis.
+    template <class Kind>
+    void softmax(typename Kind::template view<T> y) const
+    {
+        Kind::softmax(y);
+    }
+    /// ds = the softmax's backward at its outputs y for the gradient dy.
+    template <class Kind>
+    void softmax_backward(typename Kind::template view<const T> y, typename Kind::template view<const T> dy,
+                          typename Kind::template view<T> ds) const
+    {
+        Kind::template softmax_backward<T>(y, dy, ds);
+    }
+
+    // ------------------------------------------------------------ backward
+
+    /// The per-split loop backward: from the outputs' gradients dY (through
+    /// the softmax when `softmax`: its outputs are kept(k), or recomputed
+    /// into y_tmp where kept(k) is null) to dV [N, hv] (every row written)
+    /// and dT [N, o * hv] (full scores: each split's rows written; labels at
+    /// heads: zeroed, then accumulated at the heads). ds: one split's dense
+    /// output, scratch (softmax only).
+    template <class Kind, class Grad, class Kept>
+    void outputs_backward(const std::size_t* off, std::size_t count, const std::size_t* head_rows, const T* v,
+                          const T* t, span<const Grad> dY, bool softmax, Kept&& kept, T* y_tmp, T* ds, T* dv,
+                          T* dt, T* packed) const
+    {
+        const std::size_t o = d_.labels, hv = d_.hv(), N = off[count];
+        // Several dependents may share a head: dT accumulates.
+        if (Kind::heads && N != 0) row_block(dt, N, o * hv).setZero();
+        for (std::size_t k = 0; k < count; ++k) {
+            const std::size_t n = off[k + 1] - off[k];
+            if (Kind::heads && n == 0) continue;
+            if constexpr (!Kind::heads) {
+                // A later split's operands, while this one computes: they
+                // come from memory (kept since the forward, or the
+                // caller's), and the loop took 7% less time with the next
+                // one's prefetched (100k tokens, o = 1, AMD EPYC Zen 5,
+                // three alternated runs); see BIAFFINE_PREFETCH_SPLITS_AHEAD
+                // for the distance.
+                prefetch_ahead(k, count,
+                               [&](std::size_t j) { prefetch_split(off, j, v, t, dY[j], softmax ? kept(j) : nullptr); });
+            }
+            typename Kind::template view<const T> g = dY[k];
+            const auto va = const_row_block(v + off[k] * hv, n, hv);
+            if (softmax) {
+                const T* keep = kept(k);
+                auto y = Kind::dense(keep, n, o);
+                if (keep == nullptr) {
+                    const auto yt = Kind::dense(y_tmp, n, o);
+                    if constexpr (Kind::heads) {
+                        Ops::head_scores(va, t, head_rows + off[k], o, yt);
+                    } else {
+                        Ops::split_scores(va, t + off[k] * o * hv, o, yt, packed);
+                    }
+                    Kind::softmax(yt);
+                    y = Kind::read_only(yt);
+                }
+                const auto d = Kind::dense(ds, n, o);
+                Kind::template softmax_backward<T>(y, g, d);
+                g = Kind::read_only(d);
+            }
+            const auto dva = row_block(dv + off[k] * hv, n, hv);
+            if constexpr (Kind::heads) {
+                Ops::head_scores_backward(va, t, head_rows + off[k], o, g, dva, dt);
+            } else {
+                Ops::split_scores_backward(va, t + off[k] * o * hv, o, g, dva, dt + off[k] * o * hv, packed);
+            }
+        }
+    }
+
+    /// From dT and dV (packed rows) through W, relu, dropout (at `rate`, 0:
+    /// none) and the projections to every parameter gradient and the
+    /// splits' dX. du [N, hu] is scratch.
+    template <class Items>
+    void projections_backward(const Items& X, const std::size_t* off, std::size_t N, const T* u, const T* v, T* dt,
+                              T* dv, T* du, double rate, const grads_ref<T>& g, span<const seq_view<T>> dX,
+                              T* packed) const
+    {
+        if (N == 0) return;
+        // The input backward gathers X into xp where Ops cannot read the splits in place.
+        scratch<T> xp(reads_items ? 0 : packed_count_of("packed input", N, d_.n_in));
+        Ops::bilinear_left_backward(d_, slot_.w.w, u, N, dt, du, g.w, packed);
+        // Through relu and dropout (a unit passed gradient iff it came out
+        // positive, scaled like the kept units), then the projections.
+        const T scale = rate > 0.0 ? static_cast<T>(1.0 / (1.0 - rate)) : T(1);
+        const relu_ref<T> a{u, v, scale};
+        Ops::input_backward(d_, slot_.w, g, X, off, N, a, du, dv, xp.data(), packed, dX);
+    }
+
+private:
+    static std::size_t packed_count_of(const char* what, std::uint64_t rows, std::size_t cols)
+    {
+        return to_index_size(checked_product(what, rows, cols, sizeof(T)), what) / sizeof(T);
+    }
+
+    // Prefetches split k's rows of V and T, its kept softmax outputs and its
+    // score gradient g: the first 16 KiB of each, so that with many labels
+    // (T's rows of a 100-token split at 50 labels: 2.6 MB) the prefetches do
+    // not push the current split's operands out of L2.
+    void prefetch_split(const std::size_t* off, std::size_t k, const T* v, const T* t, const score_view<const T>& g,
+                        const T* kept) const
+    {
+        constexpr std::size_t most = (16 << 10) / sizeof(T);
+        const std::size_t n = off[k + 1] - off[k], o = d_.labels, hv = d_.hv();
+        prefetch_rows(v + off[k] * hv, std::min(most, n * hv));
+        prefetch_rows(t + off[k] * o * hv, std::min(most, n * o * hv));
+        if (kept != nullptr) prefetch_rows(kept, std::min(most, n * n * o));
+        for (std::size_t i = 0, done = 0; i < n && done < most; ++i, done += n * o) {
+            prefetch_rows(g.data + static_cast<std::ptrdiff_t>(i) * g.row_stride, n * o);
+        }
+    }
+
+    scorer_dims d_;
+    weights_slot<T> slot_;
+};
+
+}  // namespace detail
+BIAFFINE_NAMESPACE_END
