@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 using namespace biaffine;
@@ -200,9 +201,11 @@ TEST_CASE("bf16 inference: the cost it reports is what it takes", "[scorer_bf16]
         CHECK(sp.work_peak_bytes() == s0.current_bytes - s0.output_bytes);
         CHECK(tracker().stats().output_bytes == s0.output_bytes);
     }
-    // The batch's scratch in bf16 is smaller than in fp32 (bf16 rows).
+    // With native bf16 rows the batch's scratch is smaller than in fp32 (the
+    // emulated path keeps its rows as floats, and a group's worth).
     const auto s32 = scorer_of(p, compute_precision::fp32);
-    CHECK(s.cost(count, L).scratch < s32.cost(count, L).scratch);
+    if (!std::is_same<biaffine::detail::scorer_bf16_forward::E, float>::value)
+        CHECK(s.cost(count, L).scratch < s32.cost(count, L).scratch);
     // The bf16 copy of the weights is allocated with the scorer: what a bf16
     // scorer holds beyond an fp32 one is exactly its size.
     scorer_config cfg;

@@ -115,14 +115,10 @@ inline void float_split_scores(const float* va, std::size_t n, const float* t, s
 #endif
 }
 
-/// Rows (and B) in bf16 on every CPU: floats rounded to bf16, products in
-/// fp32 on Eigen and the fp32 small-product kernel.
-struct bf16_emulated_math {
-    using in_elem = float;
+/// The per-split products on the fp32 kernels: V and T kept as floats that
+/// hold bf16 values, rows of hv (the emulated and the AMX arithmetic).
+struct bf16_float_dots {
     using dot_elem = float;
-    static constexpr const char* name = "emulated";
-    static const char* active() noexcept { return "emulated (fp32 kernels on bf16-rounded operands)"; }
-    static std::size_t depth(std::size_t k) noexcept { return bf16_pairs(k); }
     static std::size_t dot_depth(std::size_t k) noexcept { return k; }
     static std::size_t score_packed(std::size_t hv, std::size_t max_len) noexcept
     {
@@ -133,6 +129,21 @@ struct bf16_emulated_math {
     {
         float_split_scores(va, n, t, o, hv, s, packed);
     }
+    static void dots(const float* a, std::size_t lda, std::size_t n, const float* b, std::size_t ldb, std::size_t m,
+                     std::size_t k, float* c, std::size_t ldc)
+    {
+        const auto P = [](std::size_t v) { return static_cast<std::ptrdiff_t>(v); };
+        bf16_dots_emulated(a, P(lda), P(n), b, P(ldb), P(m), P(k), c, P(ldc));
+    }
+};
+
+/// Rows (and B) in bf16 on every CPU: floats rounded to bf16, products in
+/// fp32 on Eigen and the fp32 small-product kernels.
+struct bf16_emulated_math : bf16_float_dots {
+    using in_elem = float;
+    static constexpr const char* name = "emulated";
+    static const char* active() noexcept { return "emulated (fp32 kernels on bf16-rounded operands)"; }
+    static std::size_t depth(std::size_t k) noexcept { return bf16_pairs(k); }
 
     /// dst [n, depth(k)] = src [n, k] (any strides) rounded, zeros after k.
     static void round_rows(const seq_view<const float>& src, float* dst, std::size_t ldd)
@@ -170,12 +181,6 @@ struct bf16_emulated_math {
                 if (relu && z < 0.0f) z = 0.0f;
                 C(i, j) = round_to_bfloat16(z);
             }
-    }
-    static void dots(const float* a, std::size_t lda, std::size_t n, const float* b, std::size_t ldb, std::size_t m,
-                     std::size_t k, float* c, std::size_t ldc)
-    {
-        const auto P = [](std::size_t v) { return static_cast<std::ptrdiff_t>(v); };
-        bf16_dots_emulated(a, P(lda), P(n), b, P(ldb), P(m), P(k), c, P(ldc));
     }
 };
 
@@ -247,23 +252,12 @@ struct bf16_vnni_math : bf16_rows_math<2> {
 #if BIAFFINE_DETAIL_AMX_BF16
 /// AMX tiles for the row-wise products (depth in steps of 32); V and T as
 /// floats holding bf16 values for the fp32 per-split kernel.
-struct bf16_amx_math : bf16_rows_math<32> {
-    using dot_elem = float;
+struct bf16_amx_math : bf16_rows_math<32>, bf16_float_dots {
     static constexpr const char* name = "amx_bf16";
     static const char* active() noexcept
     {
         return amx_usable() ? "amx_bf16 (AMX tiles; per-split products on the fp32 kernels)"
                             : "avx512_bf16 (VDPBF16PS: Linux withholds the AMX tiles)";
-    }
-    static std::size_t dot_depth(std::size_t k) noexcept { return k; }
-    static std::size_t score_packed(std::size_t hv, std::size_t max_len) noexcept
-    {
-        return float_score_packed(hv, max_len);
-    }
-    static void scores(const float* va, std::size_t n, const float* t, std::size_t o, std::size_t hv,
-                       score_view<float> s, float* packed)
-    {
-        float_split_scores(va, n, t, o, hv, s, packed);
     }
     template <class Out>
     static void gemm(const bfloat16* a, std::size_t lda, std::size_t N, std::size_t K, const typename bf16_weights<bfloat16>::buffer& b,
@@ -285,11 +279,6 @@ struct bf16_amx_math : bf16_rows_math<32> {
             for (std::size_t i = 0; i < N; ++i)
                 for (std::size_t j = 0; j < M; ++j) c[i * ldc + j] = round_to_bfloat16(c[i * ldc + j]);
         }
-    }
-    static void dots(const float* a, std::size_t lda, std::size_t n, const float* b, std::size_t ldb, std::size_t m,
-                     std::size_t k, float* c, std::size_t ldc)
-    {
-        bf16_emulated_math::dots(a, lda, n, b, ldb, m, k, c, ldc);
     }
 };
 using bf16_best_math = bf16_amx_math;
