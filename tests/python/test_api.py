@@ -123,6 +123,14 @@ def test_parameters_are_views_of_the_scorer():
     assert np.allclose(y1 - y0, 1.0)
 
 
+def test_cost_dicts_report_device_bytes():
+    # The CPU backends hold nothing on a device; "total" sums every figure.
+    s = biaffine.biaffine_scorer(4, 3, labels=2)
+    for c in (s.cost(5, 7), s.cost(5, 7, True), s.heads_cost(5, 7, True)):
+        assert c["device"] == 0
+        assert c["total"] == c["scratch"] + c["heap"] + c["saved"] + c["outputs"] + c["device"]
+
+
 def test_save_and_load_npy(tmp_path):
     s = biaffine.biaffine_scorer(5, 3, labels=2, seed=3)
     s.save_npy(str(tmp_path))
