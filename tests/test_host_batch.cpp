@@ -81,7 +81,8 @@ struct inputs {
 template <class A, class B>
 bool same_bytes(const A& a, const B& b)
 {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(*a.data())) == 0;
+    // memcmp may not see a null pointer, even for zero bytes (UBSan).
+    return a.size() == b.size() && (a.size() == 0 || std::memcmp(a.data(), b.data(), a.size() * sizeof(*a.data())) == 0);
 }
 
 // Scores, dX and every parameter gradient of one training step (gradient of
