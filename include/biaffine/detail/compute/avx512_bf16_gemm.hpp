@@ -23,7 +23,9 @@
 #include "biaffine/abi.hpp"
 #include "biaffine/detail/compute/avx512_bf16.hpp"
 
-#if BIAFFINE_DETAIL_ZMM_BF16
+// Its stores need AVX512BW and VL too (a unit built with -mavx512bf16 over
+// an AVX2 -march has neither).
+#if BIAFFINE_DETAIL_ZMM_BF16 && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define BIAFFINE_DETAIL_BF16_GEMM 1
 
 #include <algorithm>
