@@ -153,9 +153,17 @@ def test_gil_released_during_predict():
     # middle of the call.
     rng = np.random.default_rng(4)
     s = biaffine.biaffine_scorer(128, 128, labels=4)
-    docs = rng_docs(rng, [6000], 128)
-    lengths = [[60] * 100]
-    s.predict(docs, lengths)
+    # The work grows until one call lasts long enough to observe, so a faster
+    # CPU (or ISA variant) does not make the test vacuous.
+    n_docs = 1
+    while True:
+        docs = rng_docs(rng, [6000] * n_docs, 128)
+        lengths = [[60] * 100] * n_docs
+        a = time.perf_counter()
+        s.predict(docs, lengths, threads=1)
+        if time.perf_counter() - a >= 0.05 or n_docs >= 16:
+            break
+        n_docs *= 2
     stamps = []
     stop = threading.Event()
 
