@@ -54,7 +54,7 @@ _SCORERS = {"float32": biaffine_scorer_float32, "float64": biaffine_scorer_float
 
 
 def biaffine_scorer(n_in, hidden=128, labels=1, *, bias_u=True, bias_v=True, dropout=0.0, seed=0,
-                    dtype="float32", recompute_in_backward=False, train_outputs="probabilities"):
+                    dtype="float32", recompute_in_backward=False, train_outputs="probabilities", precision="fp32"):
     """A biaffine scorer (C++ ``biaffine_scorer<float>`` or ``<double>``).
 
     ``n_in`` input width, ``hidden`` projection width h, ``labels`` o (1: arc
@@ -62,7 +62,11 @@ def biaffine_scorer(n_in, hidden=128, labels=1, *, bias_u=True, bias_v=True, dro
     "float64" (or the numpy dtype); inputs must then be C-contiguous arrays of
     exactly that dtype. ``train_outputs`` is what a training forward returns:
     "probabilities" (softmax over the last axis, the reference's) or "logits"
-    (for cross_entropy_heads / cross_entropy_labels). Returns a
+    (for cross_entropy_heads / cross_entropy_labels). ``precision="bf16"``
+    (float32 only) runs inference (predict*, the padded calls) on bf16
+    operands with fp32 sums and fp32 outputs: AMX tiles on the amxbf16
+    variant, else emulated (``info()["backends"]["float32"]["bf16"]`` says
+    which); training forwards stay fp32. Returns a
     ``biaffine_scorer_float32`` or ``biaffine_scorer_float64``.
     """
     import numpy as np
@@ -73,7 +77,8 @@ def biaffine_scorer(n_in, hidden=128, labels=1, *, bias_u=True, bias_v=True, dro
         key = str(dtype)
     if key not in _SCORERS:
         raise TypeError(f"biaffine_scorer: dtype must be float32 or float64, got {dtype!r}")
-    return _SCORERS[key](n_in, hidden, labels, bias_u, bias_v, dropout, seed, recompute_in_backward, train_outputs)
+    return _SCORERS[key](n_in, hidden, labels, bias_u, bias_v, dropout, seed, recompute_in_backward, train_outputs,
+                         precision)
 
 
 __all__ = [

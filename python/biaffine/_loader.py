@@ -23,12 +23,14 @@ _AVX2 = ("sse4_2", "popcnt", "avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movb
 _AVX512 = _AVX2 + ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")
 # Each variant, narrowest first, and what it needs from the CPU (and its OS),
 # named as in /proc/cpuinfo. python/CMakeLists.txt has the matching flags:
-# avx2 = x86-64-v3, avx512 = x86-64-v4, avx512bf16 = x86-64-v4 + AVX512_BF16.
+# avx2 = x86-64-v3, avx512 = x86-64-v4, avx512bf16 = x86-64-v4 + AVX512_BF16,
+# amxbf16 = that + AMX-TILE and AMX-BF16.
 VARIANTS = {
     "generic": (),
     "avx2": _AVX2,
     "avx512": _AVX512,
     "avx512bf16": _AVX512 + ("avx512_bf16",),
+    "amxbf16": _AVX512 + ("avx512_bf16", "amx_tile", "amx_bf16"),
 }
 
 
@@ -134,7 +136,9 @@ def info():
     version, the variant in use (and whether BIAFFINE_ISA forced it), the
     variants built and those this CPU runs, the ISA extensions the variant
     was compiled for, the backend running each operation per dtype
-    (``backends["float32"]["name"]`` / ``["operations"]``), the BLAS if any,
+    (``backends["float32"]["name"]`` / ``["operations"]``; ``["bf16"]``: what
+    runs a float32 scorer's ``precision="bf16"`` inference: AMX tiles,
+    VDPBF16PS, or emulated on the fp32 kernels), the BLAS if any,
     the compiler and pybind11 versions it was built with,
     the CPU's model and ISA extensions, and the extension's file."""
     module = sys.modules[f"{__package__}._biaffine"]
@@ -173,6 +177,8 @@ def format_info(d=None):
         lines.append(f"ABI tag:    {d['abi_tag']}")
     for dtype, b in d["backends"].items():
         lines.append(f"{dtype}:    {b['name']}: {b['operations']}")
+        if b.get("bf16"):
+            lines.append(f"{dtype} precision='bf16': {b['bf16']}")
     if d["blas"]:
         lines.append(f"BLAS:       CBLAS ({', '.join(d['blas']['libraries']) or 'library not identified'})")
     else:

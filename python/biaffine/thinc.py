@@ -90,10 +90,14 @@ def _is_buffer(a, key) -> bool:
 
 
 def _scorer_model(name, forward, init, nO, nI, *, hidden_width, dropout, bias_u, bias_v, seed, dtype,
-                  recompute_in_backward, train_outputs, budget=None, threads=1) -> Model:
+                  recompute_in_backward, train_outputs, budget=None, threads=1, precision="fp32") -> Model:
     """A Thinc model whose params are a C++ scorer's buffers (see get_scorer)."""
     if train_outputs not in ("probabilities", "logits"):
         raise ValueError(f"{name}: train_outputs must be 'probabilities' or 'logits', got {train_outputs!r}")
+    if precision not in ("fp32", "bf16"):
+        raise ValueError(f"{name}: precision must be 'fp32' or 'bf16', got {precision!r}")
+    if precision == "bf16" and np.dtype(dtype).name != "float32":
+        raise ValueError(f"{name}: precision='bf16' needs dtype float32, got {np.dtype(dtype).name}")
     if budget is not None and not isinstance(budget, _b.budget):
         raise TypeError(f"{name}: budget must be a biaffine.budget (budget.bytes(n), budget.megabytes(mb) or "
                         f"budget.items(n)) or None, got {type(budget).__name__}")
@@ -114,6 +118,7 @@ def _scorer_model(name, forward, init, nO, nI, *, hidden_width, dropout, bias_u,
             "dtype": np.dtype(dtype).name,
             "recompute_in_backward": recompute_in_backward,
             "train_outputs": train_outputs,
+            "precision": precision,
             # A budget as plain values (Thinc serializes attrs with msgpack).
             "budget_kind": None if budget is None else budget.kind,
             "budget_value": None if budget is None else int(budget.value),
@@ -142,6 +147,7 @@ def BiaffineScorer(
     dtype: str = "float32",
     recompute_in_backward: bool = False,
     train_outputs: str = "probabilities",
+    precision: str = "fp32",
 ) -> Model:
     """The biaffine scorer as a Thinc layer: ``nI`` input width (inferred at
     initialization), ``nO`` labels (1: ``[n, n]`` arc scores, else
@@ -153,11 +159,13 @@ def BiaffineScorer(
     Training (``is_train=True``) outputs the softmax over the last axis, as
     the reference does (``train_outputs="probabilities"``), or the logits
     (``"logits"``, for ``biaffine.cross_entropy_heads``); prediction outputs
-    logits.
+    logits. ``precision="bf16"`` (float32) predicts on bf16 operands with
+    fp32 sums (see ``biaffine.biaffine_scorer``); training stays fp32.
     """
     return _scorer_model("biaffine_scorer", _scorer_forward, _scorer_init, nO, nI, hidden_width=hidden_width,
                          dropout=dropout, bias_u=bias_u, bias_v=bias_v, seed=seed, dtype=dtype,
-                         recompute_in_backward=recompute_in_backward, train_outputs=train_outputs)
+                         recompute_in_backward=recompute_in_backward, train_outputs=train_outputs,
+                         precision=precision)
 
 
 def BiaffineLabeler(
@@ -174,6 +182,7 @@ def BiaffineLabeler(
     train_outputs: str = "probabilities",
     budget: Optional["_b.budget"] = None,
     threads: int = 1,
+    precision: str = "fp32",
 ) -> Model[Tuple[Floats2d, Ints1d], Floats2d]:
     """Labels at given heads as a Thinc layer, in place of spaCy-experimental's
     ``Bilinear`` (Thinc name ``"bilinear"``): ``(X [N, nI], heads [N])`` in,
@@ -187,12 +196,12 @@ def BiaffineLabeler(
     ``[N, N, nO]`` block is ever built: O(N nO h^2) FLOPs. ``nI`` is inferred
     from X and ``nO`` from Y at initialization. ``budget`` (a
     ``biaffine.budget`` or None: one call) and ``threads`` (prediction) are
-    passed to the C++ batcher.
+    passed to the C++ batcher; ``precision="bf16"`` as BiaffineScorer's.
     """
     return _scorer_model("bilinear", _labeler_forward, _labeler_init, nO, nI, hidden_width=hidden_width,
                          dropout=dropout, bias_u=bias_u, bias_v=bias_v, seed=seed, dtype=dtype,
                          recompute_in_backward=recompute_in_backward, train_outputs=train_outputs, budget=budget,
-                         threads=threads)
+                         threads=threads, precision=precision)
 
 
 def _width(Y) -> Optional[int]:
@@ -271,6 +280,7 @@ def get_scorer(model: Model):
         model.get_dim("nI"), a["hidden_width"], model.get_dim("nO"), bias_u=a["bias_u"], bias_v=a["bias_v"],
         dropout=a["dropout_rate"], seed=a["seed"], dtype=a["dtype"],
         recompute_in_backward=a["recompute_in_backward"], train_outputs=a.get("train_outputs", "probabilities"),
+        precision=a.get("precision", "fp32"),
     )
     for name, value, grad in s.parameters():
         if model.has_param(name):

@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 
 #include <string>
+#include <type_traits>
 
 #include <biaffine/biaffine.hpp>
 
@@ -47,6 +48,12 @@ inline py::list compiled_isa()
 #if defined(__AVX512BF16__)
     l.append("avx512_bf16");
 #endif
+#if defined(__AMX_TILE__)
+    l.append("amx_tile");
+#endif
+#if defined(__AMX_BF16__)
+    l.append("amx_bf16");
+#endif
     return l;
 }
 
@@ -57,6 +64,9 @@ py::dict backend_info()
     py::dict d;
     d["name"] = B::name;
     d["operations"] = B::operations;
+    // What runs compute_precision::bf16 (float scorers only): AMX tiles,
+    // VDPBF16PS, or the fp32 kernels on bf16-rounded operands.
+    if constexpr (std::is_same<T, float>::value) d["bf16"] = biaffine::detail::scorer_bf16_forward::math_name();
     return d;
 }
 

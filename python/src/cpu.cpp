@@ -52,8 +52,13 @@ py::dict features()
     // SSE and AVX state (XCR0 bits 1, 2); opmask, upper ZMM0-15, ZMM16-31 (5, 6, 7).
     const bool os_avx = (x & 0x6) == 0x6;
     const bool os_avx512 = os_avx && (x & 0xe0) == 0xe0;
+    // AMX tile configuration and tile data (XCR0 bits 17, 18). Linux also
+    // asks each process to request the tile data (arch_prctl), which the
+    // library does where it uses them (amx_usable()).
+    const bool os_amx = (x & 0x60000) == 0x60000;
     f["os_avx"] = os_avx;
     f["os_avx512"] = os_avx512;
+    f["os_amx"] = os_amx;
     f["sse4_2"] = bit(l1.c, 20);
     f["popcnt"] = bit(l1.c, 23);
     f["movbe"] = bit(l1.c, 22);
@@ -71,6 +76,8 @@ py::dict features()
     f["avx512vl"] = os_avx512 && bit(l7.b, 31);
     f["avx512_vnni"] = os_avx512 && bit(l7.c, 11);
     f["avx512_bf16"] = os_avx512 && bit(l71.a, 5);
+    f["amx_bf16"] = os_amx && bit(l7.d, 22);
+    f["amx_tile"] = os_amx && bit(l7.d, 24);
     return f;
 }
 #else

@@ -477,6 +477,20 @@ private:
 template <class T>
 using scorer_t = biaffine::biaffine_scorer<T>;
 
+// The scorer of an inference call. Python holds numpy views of the
+// parameters (parameters(), Thinc's params) and writes through them without
+// the scorer seeing it, so a bf16 scorer's rounded copy of the weights is made
+// again for every call from Python (parameters_changed(); a pass over the
+// weights, small beside a call's products); fp32 reads the parameters
+// themselves.
+template <class T>
+scorer_t<T>& inference_scorer(py::object& self)
+{
+    auto& s = self.cast<scorer_t<T>&>();
+    if (s.config().precision == biaffine::compute_precision::bf16) s.parameters_changed();
+    return s;
+}
+
 template <class T>
 py::array param_view(const py::object& self, T* data, const std::vector<std::size_t>& shape)
 {
@@ -506,7 +520,7 @@ template <class T>
 py::list predict(py::object self, const py::handle& docs, const py::handle& lengths, const py::object& budget,
                  long long threads, long long buffer, const std::string& oversize, bool pad)
 {
-    auto& s = self.cast<scorer_t<T>&>();
+    auto& s = inference_scorer<T>(self);
     call_args<T> a("predict", docs, lengths, nullptr, budget, threads, buffer, oversize, pad);
     biaffine::score_list<T> Y;
     {
@@ -556,7 +570,7 @@ void predict_stream(py::object self, const py::handle& docs, const py::handle& l
                     const py::object& budget, long long threads, long long buffer, const std::string& oversize,
                     bool pad)
 {
-    auto& s = self.cast<scorer_t<T>&>();
+    auto& s = inference_scorer<T>(self);
     call_args<T> a("predict_stream", docs, lengths, nullptr, budget, threads, buffer, oversize, pad);
     const std::size_t labels = s.labels();
     auto sink = [&](std::size_t split, std::size_t doc, biaffine::score_view<const T> v) {
@@ -581,7 +595,7 @@ py::list predict_heads(py::object self, const py::handle& docs, const py::handle
                        const py::object& budget, long long threads, long long buffer, const std::string& oversize,
                        bool pad)
 {
-    auto& s = self.cast<scorer_t<T>&>();
+    auto& s = inference_scorer<T>(self);
     call_args<T> a("predict_heads", docs, lengths, &heads, budget, threads, buffer, oversize, pad);
     biaffine::score_list<T> Y;
     {
@@ -596,7 +610,7 @@ void predict_heads_stream(py::object self, const py::handle& docs, const py::han
                           const py::handle& heads, const py::function& callback, const py::object& budget,
                           long long threads, long long buffer, const std::string& oversize, bool pad)
 {
-    auto& s = self.cast<scorer_t<T>&>();
+    auto& s = inference_scorer<T>(self);
     call_args<T> a("predict_heads_stream", docs, lengths, &heads, budget, threads, buffer, oversize, pad);
     auto sink = [&](std::size_t split, std::size_t doc, biaffine::seq_view<const T> v) {
         call_with_view<T>(callback, split, doc, v.data,
@@ -677,7 +691,7 @@ std::vector<double> time_cpp(py::object self, const std::string& kind, const py:
                              const py::handle& lengths, const py::object& heads, const py::object& dY,
                              const py::object& budget, long long threads, int reps)
 {
-    auto& s = self.cast<scorer_t<T>&>();
+    auto& s = inference_scorer<T>(self);
     call_args<T> a("time_cpp", docs, lengths, heads.is_none() ? nullptr : &heads, budget, threads, 256, "run_alone",
                    false);
     std::vector<py::array_t<T>> keep;
@@ -756,7 +770,7 @@ xt::xtensor<std::int64_t, 2> padded_heads(const py::handle& heads, const std::ar
 template <class T>
 py::array predict_padded(py::object self, const py::handle& x, const std::vector<std::int64_t>& lengths)
 {
-    auto& s = self.cast<scorer_t<T>&>();
+    auto& s = inference_scorer<T>(self);
     auto [a, shape] = padded_input<T>(x, "predict_padded");
     auto xv = xt::adapt(a.data(), static_cast<std::size_t>(a.size()), xt::no_ownership(), shape);
     biaffine::score_array<T> y;
@@ -771,7 +785,7 @@ template <class T>
 py::array predict_heads_padded(py::object self, const py::handle& x, const std::vector<std::int64_t>& lengths,
                                const py::handle& heads)
 {
-    auto& s = self.cast<scorer_t<T>&>();
+    auto& s = inference_scorer<T>(self);
     auto [a, shape] = padded_input<T>(x, "predict_heads_padded");
     auto xv = xt::adapt(a.data(), static_cast<std::size_t>(a.size()), xt::no_ownership(), shape);
     const auto h = padded_heads(heads, shape);
@@ -827,6 +841,18 @@ biaffine::train_output read_train_outputs(const std::string& s)
     throw py::value_error("train_outputs must be 'probabilities' or 'logits', got '" + s + "'");
 }
 
+biaffine::compute_precision read_precision(const std::string& s, bool is_float)
+{
+    if (s == "fp32") return biaffine::compute_precision::fp32;
+    if (s == "bf16") {
+        if (!is_float) {
+            throw py::value_error("precision='bf16' needs a float32 scorer (this one is float64)");
+        }
+        return biaffine::compute_precision::bf16;
+    }
+    throw py::value_error("precision must be 'fp32' or 'bf16', got '" + s + "'");
+}
+
 template <class T>
 void bind_scorer(py::module_& m, const char* name)
 {
@@ -845,7 +871,8 @@ void bind_scorer(py::module_& m, const char* name)
     const py::object default_budget = py::cast(biaffine::budget::megabytes(16));
     py::class_<S>(m, name)
         .def(py::init([](long long n_in, long long hidden, long long labels, bool bias_u, bool bias_v, double dropout,
-                         std::uint64_t seed, bool recompute, const std::string& train_outputs) {
+                         std::uint64_t seed, bool recompute, const std::string& train_outputs,
+                         const std::string& precision) {
                  if (n_in < 0 || hidden < 0 || labels < 0) {
                      throw biaffine::shape_error("biaffine_scorer: n_in, hidden and labels must be positive, got n_in=" +
                                                  std::to_string(n_in) + " hidden=" + std::to_string(hidden) +
@@ -861,11 +888,13 @@ void bind_scorer(py::module_& m, const char* name)
                  c.seed = seed;
                  c.recompute_in_backward = recompute;
                  c.train_outputs = read_train_outputs(train_outputs);
+                 c.precision = read_precision(precision, std::is_same<T, float>::value);
                  return std::make_unique<S>(c);
              }),
              py::arg("n_in"), py::arg("hidden") = 128, py::arg("labels") = 1, py::arg("bias_u") = true,
              py::arg("bias_v") = true, py::arg("dropout") = 0.0, py::arg("seed") = 0,
-             py::arg("recompute_in_backward") = false, py::arg("train_outputs") = "probabilities")
+             py::arg("recompute_in_backward") = false, py::arg("train_outputs") = "probabilities",
+             py::arg("precision") = "fp32")
         .def_property_readonly("dtype", [](const S&) { return py::dtype::of<T>(); })
         .def_property_readonly("n_in", &S::n_in)
         .def_property_readonly("hidden", &S::hidden)
@@ -877,6 +906,9 @@ void bind_scorer(py::module_& m, const char* name)
         .def_property_readonly("recompute_in_backward", [](const S& s) { return s.config().recompute_in_backward; })
         .def_property_readonly("train_outputs", [](const S& s) {
             return s.config().train_outputs == biaffine::train_output::logits ? "logits" : "probabilities";
+        })
+        .def_property_readonly("precision", [](const S& s) {
+            return s.config().precision == biaffine::compute_precision::bf16 ? "bf16" : "fp32";
         })
         .def("has_gradients", &S::has_gradients)
         .def("parameters",
@@ -891,6 +923,9 @@ void bind_scorer(py::module_& m, const char* name)
              },
              "[(name, value, grad)]: writable numpy views of the scorer's own buffers")
         .def("zero_grad", &S::zero_grad)
+        .def("parameters_changed", &S::parameters_changed,
+             "Tells the scorer its parameters were written behind its back (bf16 copies are made again).")
+        .def_property_readonly("parameter_version", &S::parameter_version)
         .def("initialize", &S::initialize, py::arg("seed"))
         .def("set_parameter",
              [](S& s, const std::string& name, const py::array_t<double, py::array::c_style | py::array::forcecast>& v) {

@@ -34,6 +34,8 @@ NEEDS = {
     "avx512": {"sse4_2", "popcnt", "avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe", "abm",
                "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"},
 }
+NEEDS["avx512bf16"] = NEEDS["avx512"] | {"avx512_bf16"}
+NEEDS["amxbf16"] = NEEDS["avx512bf16"] | {"amx_tile", "amx_bf16"}
 
 
 def test_cpu_probe_matches_proc_cpuinfo():
@@ -50,7 +52,7 @@ def test_cpu_probe_matches_proc_cpuinfo():
 def test_loaded_variant_is_forced_or_widest():
     flags = proc_cpuinfo_flags()
     built = _loader.built_variants()
-    runnable = [v for v in ("avx2", "avx512") if v in built and NEEDS[v] <= flags]
+    runnable = [v for v in NEEDS if v in built and NEEDS[v] <= flags]
     expected = FORCED or runnable[-1]
     d = biaffine.info()
     assert d["variant"] == expected
@@ -65,8 +67,10 @@ def test_variant_compiled_for_its_isa():
     compiled = set(d["compiled_isa"])
     if d["variant"] == "avx2":
         assert {"avx2", "fma"} <= compiled and "avx512f" not in compiled
-    elif d["variant"].startswith("avx512"):
+    elif d["variant"].startswith("avx512") or d["variant"] == "amxbf16":
         assert {"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"} <= compiled
+        assert ("avx512_bf16" in compiled) == (d["variant"] != "avx512")
+        assert ({"amx_tile", "amx_bf16"} <= compiled) == (d["variant"] == "amxbf16")
     # The ABI namespace (abi.hpp) names the ISA level the variant compiled for.
     assert d["abi_tag"] == biaffine.abi_tag and d["abi_tag"].endswith("_" + d["variant"])
     # float32 runs on the library's kernel on both x86 variants (backend.hpp)
@@ -94,6 +98,9 @@ def test_choose_widest_runnable():
     with pytest.raises(_loader.ISAError):
         _loader.choose(["avx2", "avx512"], dict(AVX2_CPU, popcnt=False))
     assert _loader.choose(["avx2", "avx512", "avx512bf16"], AVX512_CPU) == "avx512"  # no avx512_bf16
+    bf16_cpu = dict(AVX512_CPU, avx512_bf16=True)
+    assert _loader.choose(["avx2", "avx512", "amxbf16"], bf16_cpu) == "avx512"  # no AMX
+    assert _loader.choose(["avx2", "avx512", "amxbf16"], dict(bf16_cpu, amx_tile=True, amx_bf16=True)) == "amxbf16"
     assert _loader.choose(["avx2", "avx512"], AVX512_CPU, forced="AVX2") == "avx2"
 
 
@@ -127,7 +134,7 @@ def test_forcing_what_cannot_run_fails_the_import():
     assert "ISAError" in r.stderr and f"BIAFFINE_ISA='{isa}'" in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("variant", ["avx2", "avx512"])
+@pytest.mark.parametrize("variant", ["avx2", "avx512", "amxbf16"])
 def test_python_m_biaffine_per_variant(variant):
     if variant not in biaffine.info()["variants_runnable"]:
         # Neither built nor runnable here: what the run must say instead.

@@ -1,0 +1,253 @@
+# precision="bf16": a float32 scorer's inference on bf16 operands with fp32
+# sums (AMX tiles on the amxbf16 variant, VDPBF16PS on avx512bf16, else
+# emulated on the fp32 kernels). Checked against a float64 numpy reference
+# on the same bf16-rounded operands, with a per-element bound derived from
+# where the forward rounds (bf16 storage of inputs, weights, U, V and T) and
+# from fp32 summation - the bound of tests/bf16_reference.hpp, written again
+# here in numpy. The reference itself is first checked, unrounded, against
+# the PyTorch golden outputs.
+import pathlib
+
+import numpy as np
+import pytest
+
+import biaffine
+
+GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "data" / "golden"
+U_BF16 = 2.0 ** -8   # unit roundoff of bf16 storage (8 significand bits)
+U_FP32 = 2.0 ** -24
+
+
+def gamma(n):
+    return n * U_FP32 / (1 - n * U_FP32)
+
+
+def round_bf16(a):
+    """float32 -> nearest bf16 (ties to even), as float32; finite inputs."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.astype(np.uint32).view(np.float32)
+
+
+def params_of(s):
+    return {name: np.array(v, dtype=np.float64) for name, v, _ in s.parameters()}
+
+
+def reference(p, x, bias_u, bias_v, rounded):
+    """One split's scores [n, n, o] in float64 and, with rounded operands,
+    the bound a bf16 forward meets element-wise."""
+    r = (lambda a: round_bf16(a).astype(np.float64)) if rounded else (lambda a: np.asarray(a, np.float64))
+    u = U_BF16 if rounded else 0.0
+    X = r(x)
+    n, n_in = X.shape
+
+    def project(W, b, ones):
+        W = r(W)
+        z = X @ W.T + b
+        mag = np.abs(X) @ np.abs(W).T + np.abs(b)
+        val = np.maximum(z, 0.0)
+        err = gamma(n_in + 1) * mag * (1 + u) + u * val
+        if ones:
+            val = np.hstack([val, np.ones((n, 1))])
+            err = np.hstack([err, np.zeros((n, 1))])
+        return val, err
+
+    U, eU = project(p["head_weight"], p["head_bias"], bias_u)
+    V, eV = project(p["dependent_weight"], p["dependent_bias"], bias_v)
+    W = r(p["bilinear_weight"])                                # [o, hu, hv]
+    aW = np.abs(W)
+    T = np.einsum("jr,lrc->jlc", U, W)                         # [n, o, hv]
+    prop = np.einsum("jr,lrc->jlc", eU, aW)
+    mag = np.einsum("jr,lrc->jlc", np.abs(U) + eU, aW)
+    eT = (prop + gamma(W.shape[1]) * mag) * (1 + u) + u * np.abs(T)
+    S = np.einsum("mc,jlc->mjl", V, T)
+    e = (np.einsum("mc,jlc->mjl", eV, np.abs(T)) + np.einsum("mc,jlc->mjl", np.abs(V), eT)
+         + np.einsum("mc,jlc->mjl", eV, eT))
+    mag = np.einsum("mc,jlc->mjl", np.abs(V) + eV, np.abs(T) + eT)
+    return S, e + gamma(W.shape[2]) * mag
+
+
+def within(got, ref, bound, what):
+    got = np.asarray(got, np.float64).reshape(ref.shape)
+    excess = np.abs(got - ref) - bound
+    assert (excess <= 0).all(), (what, float(excess.max()), float(np.abs(got - ref).max()))
+
+
+def rng_case(seed, n_in=24, hidden=20, labels=3, lengths=(1, 5, 17, 40), bias_u=True, bias_v=True):
+    rng = np.random.default_rng(seed)
+    s = biaffine.biaffine_scorer(n_in, hidden, labels, bias_u=bias_u, bias_v=bias_v, seed=seed, precision="bf16")
+    # Biases large enough that some pre-activations are negative, some not.
+    s.set_parameter("head_bias", rng.uniform(-0.3, 0.3, hidden))
+    s.set_parameter("dependent_bias", rng.uniform(-0.3, 0.3, hidden))
+    doc = rng.uniform(-1, 1, (sum(lengths), n_in)).astype(np.float32)
+    return s, doc, list(lengths)
+
+
+def splits_of(doc, lengths):
+    off = np.cumsum([0] + list(lengths))
+    return [doc[off[k]:off[k + 1]] for k in range(len(lengths))]
+
+
+def test_reference_matches_golden_unrounded():
+    # The reference's arithmetic, without rounding, is the PyTorch module's.
+    case = GOLDEN / "pipeline_labels"
+    p = {n: np.load(case / f"{n}.npy") for n in ("head_weight", "head_bias", "dependent_weight", "dependent_bias",
+                                                 "bilinear_weight")}
+    h = p["head_weight"].shape[0]
+    bias_u, bias_v = p["bilinear_weight"].shape[1] == h + 1, p["bilinear_weight"].shape[2] == h + 1
+    k = 0
+    for d in range(np.load(case / "n_docs.npy").item()):
+        doc = np.load(case / f"doc{d}.npy")
+        for x in splits_of(doc, np.load(case / f"doc{d}_split_lengths.npy")):
+            S, _ = reference(p, x, bias_u, bias_v, rounded=False)
+            y = np.load(case / f"split{k}_y.npy")
+            assert np.abs(S.reshape(y.shape) - y).max() <= 1e-9 * max(1.0, np.abs(y).max())
+            k += 1
+
+
+@pytest.mark.parametrize("labels", [1, 3])
+@pytest.mark.parametrize("bias_u, bias_v", [(True, True), (True, False), (False, True)])
+def test_predict_within_bf16_bound(labels, bias_u, bias_v):
+    s, doc, lengths = rng_case(7 + labels, labels=labels, bias_u=bias_u, bias_v=bias_v)
+    assert s.precision == "bf16"
+    p = params_of(s)
+    Y = s.predict([doc], [lengths], budget=biaffine.budget.items(24))
+    fp32 = biaffine.biaffine_scorer(24, 20, labels, bias_u=bias_u, bias_v=bias_v)
+    for name, v in p.items():
+        fp32.set_parameter(name, v)
+    Y32 = fp32.predict([doc], [lengths])
+    differs = False
+    for k, x in enumerate(splits_of(doc, lengths)):
+        S, bound = reference(p, x, bias_u, bias_v, rounded=True)
+        assert Y[k].dtype == np.float32 and Y[k].shape == ((len(x), len(x)) if labels == 1 else S.shape)
+        within(Y[k], S, bound, f"split {k}")
+        differs |= not np.array_equal(Y[k], Y32[k])
+    # Operands really are rounded: fp32 inference gives other numbers.
+    assert differs
+
+
+def test_stream_heads_and_padded_within_bound():
+    s, doc, lengths = rng_case(11, labels=4)
+    p = params_of(s)
+    xs = splits_of(doc, lengths)
+    refs = [reference(p, x, True, True, rounded=True) for x in xs]
+    got = {}
+    s.predict_stream([doc], [lengths], lambda k, d, v: got.__setitem__(k, v.copy()),
+                     budget=biaffine.budget.items(30), threads=2)
+    assert sorted(got) == list(range(len(xs)))
+    for k, (S, b) in enumerate(refs):
+        within(got[k], S, b, f"stream split {k}")
+    # Labels at given heads: the reference's rows at each token's head.
+    rng = np.random.default_rng(3)
+    heads = [rng.integers(0, n, n) for n in lengths]
+    H = s.predict_heads([doc], [lengths], [np.concatenate(heads)])
+    for k, (S, b) in enumerate(refs):
+        m = np.arange(lengths[k])
+        within(H[k], S[m, heads[k]], b[m, heads[k]], f"heads split {k}")
+    # Padded: [b, L, L, o], cells past a length hold the mask.
+    L = max(lengths)
+    x = np.zeros((len(xs), L, doc.shape[1]), np.float32)
+    for k, xk in enumerate(xs):
+        x[k, :len(xk)] = xk
+    P = s.predict_padded(x, lengths)
+    for k, (S, b) in enumerate(refs):
+        n = lengths[k]
+        within(P[k, :n, :n], S, b, f"padded split {k}")
+        assert (P[k, :n, n:] == P[0, 0, L - 1]).all() if n < L else True
+    hp = np.zeros((len(xs), L), np.int64)
+    for k, hk in enumerate(heads):
+        hp[k, :len(hk)] = hk
+    PH = s.predict_heads_padded(x, lengths, hp)
+    for k, (S, b) in enumerate(refs):
+        m = np.arange(lengths[k])
+        within(PH[k, :lengths[k]], S[m, heads[k]], b[m, heads[k]], f"padded heads split {k}")
+
+
+def test_writes_through_parameter_views_are_seen():
+    # Thinc's optimisers write into the numpy views of parameters(); the bf16
+    # copy of the weights must follow, call after call.
+    s, doc, lengths = rng_case(5, labels=2)
+    s.predict([doc], [lengths])  # the bf16 copy made once
+    views = {name: v for name, v, _ in s.parameters()}
+    s.predict([doc], [lengths])  # after parameters(): the copy made again, then the views are written
+    for step in range(2):
+        views["bilinear_weight"] *= -1.5
+        views["head_weight"] += 0.05
+        p = {name: np.array(v, np.float64) for name, v in views.items()}  # not parameters(): it tells the scorer
+        Y = s.predict([doc], [lengths])
+        for k, x in enumerate(splits_of(doc, lengths)):
+            S, b = reference(p, x, True, True, rounded=True)
+            within(Y[k], S, b, f"step {step}, split {k}")
+
+
+def test_training_stays_fp32():
+    s, doc, lengths = rng_case(9, labels=3, lengths=(6, 9))
+    t = biaffine.biaffine_scorer(24, 20, 3, seed=9)
+    for name, v, _ in s.parameters():
+        t.set_parameter(name, v)
+    Ys, bps = s.forward([doc], [lengths], train=True)
+    Yt, bpt = t.forward([doc], [lengths], train=True)
+    for a, b in zip(Ys, Yt):
+        assert np.array_equal(a, b)
+    dY = [np.ones_like(y) for y in Ys]
+    assert np.array_equal(bps(dY)[0], bpt(dY)[0])
+    for (n, _, ga), (_, _, gb) in zip(s.parameters(), t.parameters()):
+        assert np.array_equal(ga, gb), n
+
+
+def test_precision_argument_checked():
+    assert biaffine.biaffine_scorer(4, 2).precision == "fp32"
+    with pytest.raises(ValueError, match="float32"):
+        biaffine.biaffine_scorer(4, 2, dtype="float64", precision="bf16")
+    with pytest.raises(ValueError, match="'fp32' or 'bf16'"):
+        biaffine.biaffine_scorer(4, 2, precision="fp16")
+
+
+def test_info_names_the_bf16_arithmetic():
+    d = biaffine.info()
+    bf16 = d["backends"]["float32"]["bf16"]
+    assert "bf16" not in d["backends"]["float64"]
+    compiled = set(d["compiled_isa"])
+    if {"amx_tile", "amx_bf16"} <= compiled:
+        # AMX, or VDPBF16PS where Linux withholds the tiles (and says so).
+        assert bf16.startswith("amx_bf16") or "withholds" in bf16, bf16
+    elif "avx512_bf16" in compiled:
+        assert bf16.startswith("avx512_bf16"), bf16
+    else:
+        assert bf16.startswith("emulated"), bf16
+    assert f"precision='bf16': {bf16}" in biaffine._loader.format_info(d)
+
+
+def test_thinc_layers_take_precision():
+    thinc = pytest.importorskip("thinc")  # noqa: F841 (conftest turns a skip into a failure: thinc is required)
+    from biaffine.thinc import BiaffineLabeler, BiaffineScorer, get_scorer
+
+    rng = np.random.default_rng(2)
+    xs = [rng.uniform(-1, 1, (n, 16)).astype(np.float32) for n in (4, 7)]
+    m = BiaffineScorer(nO=2, hidden_width=8, precision="bf16")
+    m.initialize(X=xs)
+    s = get_scorer(m)
+    assert s.precision == "bf16"
+    p = params_of(s)
+    Y = m.predict(xs)
+    for k, x in enumerate(xs):
+        S, b = reference(p, x, True, True, rounded=True)
+        within(Y[k], S, b, f"thinc split {k}")
+    # An optimiser step writes into the scorer's buffers (Thinc's params are
+    # them); the next prediction must use the new weights.
+    from thinc.api import Adam
+
+    Yt, bp = m.begin_update(xs)
+    bp([np.ones_like(y) for y in Yt])
+    m.finish_update(Adam(0.05))
+    p = {name: np.array(m.get_param(name), np.float64) for name in p}
+    Y2 = m.predict(xs)
+    for k, x in enumerate(xs):
+        S, b = reference(p, x, True, True, rounded=True)
+        within(Y2[k], S, b, f"thinc split {k} after an update")
+        assert not np.array_equal(Y2[k], Y[k])
+    lab = BiaffineLabeler(nO=3, hidden_width=8, precision="bf16")
+    lab.initialize(X=(xs[1], np.zeros(7, np.int64)), Y=np.zeros((7, 3), np.float32))
+    assert get_scorer(lab).precision == "bf16"
+    with pytest.raises(ValueError, match="precision"):
+        BiaffineScorer(precision="int8")
