@@ -20,7 +20,9 @@ that installs beside spaCy 3.7):
   batch-wide index of token i's head), ``Floats2d [N, nO]`` out.
 
 Extra arguments: ``budget_megabytes`` (the C++ batcher's byte budget per
-batch, MiB, float) and ``threads`` (prediction). ``mixed_precision`` and
+batch, MiB, float), ``threads`` (prediction) and ``precision`` ("fp32", or
+"bf16": prediction on bf16 operands with fp32 sums, on AMX tiles where the
+wheel's amxbf16 variant runs; training stays fp32). ``mixed_precision`` and
 ``grad_scaler`` are accepted for config compatibility; they configure
 PyTorch's automatic mixed precision, which does not exist here (the scorer
 computes in float32 on the CPU), so setting them warns and changes nothing.
@@ -73,6 +75,7 @@ def build_pairwise_bilinear(
     grad_scaler: Optional[Any] = None,
     budget_megabytes: Optional[float] = 16.0,
     threads: int = 1,
+    precision: str = "fp32",
 ) -> Model[Tuple[List[Any], Ints1d], Floats2d]:
     """Arc scores for spacy-experimental 0.6.4's ``experimental_arc_predicter``
     (see the module docstring): ``(docs, split lengths) -> Floats2d [N, L]``.
@@ -85,7 +88,7 @@ def build_pairwise_bilinear(
         "pairwise_bilinear", _pairwise_forward, _pairwise_init, 1, _nI_of(tok2vec),
         hidden_width=hidden_width, dropout=dropout, bias_u=True, bias_v=True, seed=0, dtype="float32",
         recompute_in_backward=False, train_outputs="probabilities", budget=_budget(budget_megabytes),
-        threads=threads)
+        threads=threads, precision=precision)
     model = chain(with_getitem(0, chain(tok2vec, list2array())), pairwise)
     model.set_ref("pairwise_bilinear", pairwise)
     return model
@@ -101,6 +104,7 @@ def build_bilinear(
     grad_scaler: Optional[Any] = None,
     budget_megabytes: Optional[float] = 16.0,
     threads: int = 1,
+    precision: str = "fp32",
 ) -> Model[Tuple[List[Any], Ints1d], Floats2d]:
     """Label scores at given heads for ``experimental_arc_labeler``:
     ``(docs, heads) -> Floats2d [N, nO]`` (``nO`` inferred from the labels at
@@ -108,7 +112,7 @@ def build_bilinear(
     the model's ref ``"bilinear"``, as spaCy's."""
     _no_mixed_precision(BILINEAR_NAME, mixed_precision, grad_scaler)
     bilinear = _bt.BiaffineLabeler(nO, _nI_of(tok2vec), hidden_width=hidden_width, dropout=dropout,
-                                   budget=_budget(budget_megabytes), threads=threads)
+                                   budget=_budget(budget_megabytes), threads=threads, precision=precision)
     model = chain(with_getitem(0, chain(tok2vec, list2array())), bilinear)
     model.set_ref("bilinear", bilinear)
     return model

@@ -245,3 +245,31 @@ def test_architectures_warn_on_mixed_precision():
             build(toy_tok2vec(), mixed_precision=True)
     with pytest.raises(ValueError, match="budget.megabytes"):
         build_bilinear(toy_tok2vec(), budget_megabytes=-1.0)
+
+
+def test_architectures_take_precision():
+    # A config's precision = "bf16" reaches the scorer: prediction then
+    # differs from fp32's by bf16 rounding only (test_bf16.py bounds it).
+    from biaffine.spacy_architectures import build_bilinear, build_pairwise_bilinear
+    rng = np.random.default_rng(6)
+    docs = [rng.standard_normal((7, 5)).astype(np.float32)]
+    lengths = np.array([3, 4], np.int32)
+    models = {}
+    for precision in ("fp32", "bf16"):
+        models[precision] = build_pairwise_bilinear(toy_tok2vec(), hidden_width=6, dropout=0.0, precision=precision)
+        models[precision].initialize(X=(docs, lengths))
+    # The same weights in both, tok2vec's and the scorer's.
+    for a, b in zip(models["fp32"].walk(), models["bf16"].walk()):
+        for name in a.param_names:
+            if a.has_param(name):
+                b.set_param(name, a.get_param(name).copy())
+    out = {}
+    for precision, model in models.items():
+        out[precision] = model.predict((docs, lengths))
+        assert get_scorer(model.get_ref("pairwise_bilinear")).precision == precision
+    close = np.abs(out["bf16"] - out["fp32"]) <= 0.05 * (1 + np.abs(out["fp32"]))
+    assert close.all() and not np.array_equal(out["bf16"], out["fp32"])
+    model = build_bilinear(toy_tok2vec(), hidden_width=4, dropout=0.0, precision="bf16")
+    assert model.get_ref("bilinear").attrs["precision"] == "bf16"
+    with pytest.raises(ValueError, match="precision"):
+        build_bilinear(toy_tok2vec(), precision="fp8")
