@@ -125,14 +125,15 @@ inline void amx_gemm(const bfloat16* a, std::ptrdiff_t lda, std::size_t N, std::
     alignas(64) float buf[32 * 32];
     const std::size_t a_stride = static_cast<std::size_t>(lda) * sizeof(bfloat16);
     constexpr std::size_t b_stride = 2 * bf16_gemm_panel * sizeof(bfloat16);  // one pair of a panel
-    // Column blocks of panels (about 512 KiB of B) outside, so that a block
+    // Column blocks of panels (BIAFFINE_AMX_COLUMN_BLOCK_BYTES of B) outside, so that a block
     // stays in L2 while the rows pass over it; 32-row blocks, then each
     // panel of the column block: the rows' A tiles (32 x depth bf16, 16
     // KiB at depth 256) stay in L1 across the panels. Panels outside and
     // rows inside streamed A from memory once per panel (1.1x the fp32
     // kernel on 100k rows, against 3.3x for oneDNN's AMX matmul).
     const std::size_t panel_bytes = depth * bf16_gemm_panel * sizeof(bfloat16);
-    const std::size_t col_block = std::max<std::size_t>(1, (512u << 10) / panel_bytes) * bf16_gemm_panel;
+    const std::size_t col_block =
+        std::max<std::size_t>(1, std::size_t(BIAFFINE_AMX_COLUMN_BLOCK_BYTES) / panel_bytes) * bf16_gemm_panel;
     for (std::size_t c0 = 0; c0 < M; c0 += col_block) {
         const std::size_t c1 = std::min(M, c0 + col_block);
         for (std::size_t r0 = 0; r0 < N; r0 += 32) {

@@ -52,14 +52,6 @@
 #include "biaffine/detail/checked.hpp"
 #include "biaffine/tensor.hpp"
 
-#ifndef BIAFFINE_BF16_GROUP_BYTES
-/// Bytes of T (and the group's other rows) a bf16 forward holds at once:
-/// the fp32 kernel's score group (BIAFFINE_AVX2_SCORE_GROUP_BYTES on
-/// AVX-512) in bf16 elements, so a group of T stays in L2 while its splits
-/// are scored.
-#define BIAFFINE_BF16_GROUP_BYTES (2 * 1024 * 1024)
-#endif
-
 BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
