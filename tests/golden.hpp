@@ -214,11 +214,11 @@ inline std::string describe(const comparison& c)
 template <bool Heads, class Scorer>
 std::uint64_t byte_budget(Scorer& s, std::size_t n, std::size_t max_len, biaffine::mode m)
 {
-    using T = typename Scorer::value_type;
+    using O = biaffine::detail::output_t<Scorer>;
     const auto probe = biaffine::with_minibatch_by_padded_size(s, biaffine::budget::items(1));
     auto batch = [&](std::size_t count) -> std::uint64_t {
         const biaffine::batch_cost c = Heads ? s.heads_cost(count, max_len, m) : s.cost(count, max_len, m);
-        return c.total() + count * sizeof(biaffine::score_tensor<T>);
+        return c.total() + count * sizeof(biaffine::score_tensor<O>);
     };
     const std::uint64_t fixed = probe.bookkeeping_bytes(n) + probe.template kept_bytes<Heads>(n, m) + 128 * n;
     return fixed + std::max(batch(1), batch(n) / 3);

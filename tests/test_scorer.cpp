@@ -57,8 +57,8 @@ golden_params load_params(const std::string& path, std::size_t n_in)
     return p;
 }
 
-template <class T>
-void set_params(biaffine_scorer<T>& s, const golden_params& p)
+template <class S>
+void set_params(S& s, const golden_params& p)
 {
     s.set_parameter("head_weight", p.wh);
     s.set_parameter("head_bias", p.bh);
@@ -98,8 +98,8 @@ golden::comparison compare_inside(const A& y, const xt::xarray<double>& ref, con
 }
 
 // Compares per-split outputs `[n, n(, o)]` against the padded reference.
-template <class T>
-golden::comparison compare_splits(const score_list<T>& Y, const xt::xarray<double>& ref,
+template <class T, class O>
+golden::comparison compare_splits(const score_list<O>& Y, const xt::xarray<double>& ref,
                                   const std::vector<int>& lengths, std::size_t o)
 {
     std::vector<double> a, r;
@@ -120,8 +120,8 @@ golden::comparison compare_splits(const score_list<T>& Y, const xt::xarray<doubl
     return golden::compare_flat<T>(a, r);
 }
 
-template <class T>
-void check_param_grads(const biaffine_scorer<T>& s, const std::string& path, const golden_params& p)
+template <class T, class S>
+void check_param_grads(const S& s, const std::string& path, const golden_params& p)
 {
     const std::size_t h = p.cfg.hidden, n_in = p.cfg.n_in;
     GOLDEN_CHECK("dhead_weight", golden::compare<T>(s.d_head_weight(), golden::load<double>(path, "dhead_weight", {h, n_in})));
@@ -135,10 +135,18 @@ void check_param_grads(const biaffine_scorer<T>& s, const std::string& path, con
                                     golden::load<double>(path, "dbilinear_weight", golden::shape_of(p.w))));
 }
 
-template <class T>
+// The scorer of compute type T and output type Out; comparisons at the
+// tolerance of the less precise of the two.
+template <class T, class Out>
+using scorer_of = biaffine_scorer<T, typename detail::scorer_backend_choice<T>::type, Out>;
+template <class T, class Out>
+using tolerance_type = std::conditional_t<(sizeof(Out) < sizeof(T)), Out, T>;
+
+template <class T, class Out = T>
 void check_model_case(const golden::case_dir& c)
 {
-    INFO("case " << c.path << " (" << type_name(T()) << ")");
+    using Tol = tolerance_type<T, Out>;
+    INFO("case " << c.path << " (" << type_name(T()) << ", outputs " << type_name(Out()) << ")");
     const xt::xarray<double> x64 = golden::load_rank<double>(c.path, "x", 3);
     const std::size_t b = x64.shape()[0], L = x64.shape()[1], n_in = x64.shape()[2];
     const xt::xarray<int> len_arr = golden::load<int>(c.path, "lengths", {b});
@@ -156,25 +164,26 @@ void check_model_case(const golden::case_dir& c)
     const xt::xarray<double> dx64 = golden::load<double>(c.path, "dx", {b, L, n_in});
 
     const xt::xtensor<T, 3> x = xt::cast<T>(x64);
-    const score_array<T> dy = xt::cast<T>(dy64);
+    const score_array<Out> dy = xt::cast<Out>(dy64);
 
     {
         // Padded API: forward, backward into dx and every parameter gradient.
-        biaffine_scorer<T> s(p.cfg);
+        scorer_of<T, Out> s(p.cfg);
         set_params(s, p);
         auto [y, bp] = s.forward_padded(x, len_arr, m);
-        GOLDEN_CHECK("forward_padded y (inside)", compare_inside<T>(y, y64, lengths, o));
+        static_assert(std::is_same<typename decltype(y)::value_type, Out>::value, "padded outputs are Out");
+        GOLDEN_CHECK("forward_padded y (inside)", compare_inside<Tol>(y, y64, lengths, o));
         const tensor<T, 3> dx = bp(dy);
-        GOLDEN_CHECK("forward_padded dx", golden::compare<T>(dx, dx64));
-        check_param_grads(s, c.path, p);
+        GOLDEN_CHECK("forward_padded dx", golden::compare<Tol>(dx, dx64));
+        check_param_grads<Tol>(s, c.path, p);
         if (m == mode::eval) {
-            const score_array<T> yp = s.predict_padded(x, lengths);
-            GOLDEN_CHECK("predict_padded y (inside)", compare_inside<T>(yp, y64, lengths, o));
+            const score_array<Out> yp = s.predict_padded(x, lengths);
+            GOLDEN_CHECK("predict_padded y (inside)", compare_inside<Tol>(yp, y64, lengths, o));
         }
     }
     {
         // Split-list API on views of each sequence (no padding).
-        biaffine_scorer<T> s(p.cfg);
+        scorer_of<T, Out> s(p.cfg);
         set_params(s, p);
         std::vector<seq_view<const T>> items;
         for (std::size_t k = 0; k < b; ++k) {
@@ -182,21 +191,21 @@ void check_model_case(const golden::case_dir& c)
                              static_cast<std::ptrdiff_t>(n_in), 1});
         }
         if (m == mode::eval) {
-            GOLDEN_CHECK("predict (split list)", compare_splits<T>(s.predict(items), y64, lengths, o));
+            GOLDEN_CHECK("predict (split list)", compare_splits<Tol>(s.predict(items), y64, lengths, o));
         }
         auto [Y, bp] = s.forward(items, m);
-        GOLDEN_CHECK("forward (split list) y", compare_splits<T>(Y, y64, lengths, o));
+        GOLDEN_CHECK("forward (split list) y", compare_splits<Tol>(Y, y64, lengths, o));
         // Per-split gradients: the reference dy inside each split.
-        std::vector<xt::xtensor<T, 3>> dys;
-        std::vector<score_view<const T>> dyv;
+        std::vector<xt::xtensor<Out, 3>> dys;
+        std::vector<score_view<const Out>> dyv;
         std::vector<xt::xtensor<T, 2>> dxs;
         std::vector<seq_view<T>> dxv;
         for (std::size_t k = 0; k < b; ++k) {
             const std::size_t n = static_cast<std::size_t>(lengths[k]);
-            xt::xtensor<T, 3> g = xt::zeros<T>({n, n, o});
+            xt::xtensor<Out, 3> g = xt::zeros<Out>({n, n, o});
             for (std::size_t mm = 0; mm < n; ++mm)
                 for (std::size_t l = 0; l < n; ++l)
-                    for (std::size_t cc = 0; cc < o; ++cc) g(mm, l, cc) = static_cast<T>(padded_at(dy64, k, mm, l, cc));
+                    for (std::size_t cc = 0; cc < o; ++cc) g(mm, l, cc) = static_cast<Out>(padded_at(dy64, k, mm, l, cc));
             dys.push_back(std::move(g));
             dxs.push_back(xt::xtensor<T, 2>(typename xt::xtensor<T, 2>::shape_type{n, n_in}, T(-7)));
         }
@@ -205,7 +214,7 @@ void check_model_case(const golden::case_dir& c)
             dyv.push_back({dys[k].data(), n, o, static_cast<std::ptrdiff_t>(n * o)});
             dxv.push_back({dxs[k].data(), n, n_in, static_cast<std::ptrdiff_t>(n_in), 1});
         }
-        bp(span<const score_view<const T>>(dyv.data(), dyv.size()), span<const seq_view<T>>(dxv.data(), dxv.size()));
+        bp(span<const score_view<const Out>>(dyv.data(), dyv.size()), span<const seq_view<T>>(dxv.data(), dxv.size()));
         std::vector<double> a, r;
         for (std::size_t k = 0; k < b; ++k)
             for (std::size_t t = 0; t < static_cast<std::size_t>(lengths[k]); ++t)
@@ -213,15 +222,16 @@ void check_model_case(const golden::case_dir& c)
                     a.push_back(static_cast<double>(dxs[k](t, j)));
                     r.push_back(dx64(k, t, j));
                 }
-        GOLDEN_CHECK("forward (split list) dX", golden::compare_flat<T>(a, r));
-        check_param_grads(s, c.path, p);
+        GOLDEN_CHECK("forward (split list) dX", golden::compare_flat<Tol>(a, r));
+        check_param_grads<Tol>(s, c.path, p);
     }
 }
 
-template <class T>
+template <class T, class Out = T>
 void check_pipeline_case(const golden::case_dir& c)
 {
-    INFO("case " << c.path << " (" << type_name(T()) << ")");
+    using Tol = tolerance_type<T, Out>;
+    INFO("case " << c.path << " (" << type_name(T()) << ", outputs " << type_name(Out()) << ")");
     const int n_docs = golden::load<int>(c.path, "n_docs", {1})(0);
     const int n_splits = golden::load<int>(c.path, "n_splits", {1})(0);
     REQUIRE(n_docs >= 0);
@@ -256,14 +266,14 @@ void check_pipeline_case(const golden::case_dir& c)
         ref.push_back(golden::load<double>(c.path, "split" + std::to_string(k) + "_y",
                                            o == 1 ? std::vector<std::size_t>{n, n} : std::vector<std::size_t>{n, n, o}));
     }
-    biaffine_scorer<T> s(p.cfg);
+    scorer_of<T, Out> s(p.cfg);
     set_params(s, p);
 
-    auto check_list = [&](const std::string& what, const score_list<T>& Y) {
+    auto check_list = [&](const std::string& what, const score_list<Out>& Y) {
         INFO(what);
         REQUIRE(Y.size() == ref.size());
         for (std::size_t k = 0; k < Y.size(); ++k) {
-            GOLDEN_CHECK("split " << k, golden::compare<T>(Y[k], ref[k]));
+            GOLDEN_CHECK("split " << k, golden::compare<Tol>(Y[k], ref[k]));
         }
     };
     for (std::uint64_t items : {std::uint64_t(1), std::uint64_t(8), std::uint64_t(1000)}) {
@@ -279,14 +289,14 @@ void check_pipeline_case(const golden::case_dir& c)
         if (bytes == small && flat.size() > 2) CHECK(pipe.inner().batch_count() > 1);
         // Streaming gives the same scores, each split exactly once.
         std::vector<int> seen(ref.size(), 0);
-        pipe.predict_stream(docs, lens, [&](std::size_t k, std::size_t, score_view<const T> v) {
+        pipe.predict_stream(docs, lens, [&](std::size_t k, std::size_t, score_view<const Out> v) {
             REQUIRE(k < ref.size());
             ++seen[k];
             std::vector<double> a, r(ref[k].begin(), ref[k].end());
             for (std::size_t mm = 0; mm < v.n; ++mm)
                 for (std::size_t l = 0; l < v.n; ++l)
                     for (std::size_t cc = 0; cc < v.labels; ++cc) a.push_back(static_cast<double>(v(mm, l, cc)));
-            GOLDEN_CHECK("stream split " << k, golden::compare_flat<T>(a, r));
+            GOLDEN_CHECK("stream split " << k, golden::compare_flat<Tol>(a, r));
         });
         for (std::size_t k = 0; k < seen.size(); ++k) CHECK(seen[k] == 1);
     }
@@ -322,8 +332,11 @@ TEST_CASE("scorer matches every model_* golden case (padded and split-list APIs)
     for (const auto& c : cs) {
         check_model_case<double>(c);
         check_model_case<float>(c);
+        // An output type apart from the compute type (scorer.hpp's Out).
+        check_model_case<double, float>(c);
     }
-    std::cout << "scorer golden: " << cs.size() << " model cases checked (float64 and float32)\n";
+    std::cout << "scorer golden: " << cs.size()
+              << " model cases checked (float64, float32, float64 compute with float32 outputs)\n";
 }
 
 TEST_CASE("with_splits pipelines match every pipeline* golden case", "[scorer][golden][pipeline]")
@@ -335,8 +348,10 @@ TEST_CASE("with_splits pipelines match every pipeline* golden case", "[scorer][g
     for (const auto& c : cs) {
         check_pipeline_case<double>(c);
         check_pipeline_case<float>(c);
+        check_pipeline_case<double, float>(c);
     }
-    std::cout << "scorer golden: " << cs.size() << " pipeline cases checked (float64 and float32)\n";
+    std::cout << "scorer golden: " << cs.size()
+              << " pipeline cases checked (float64, float32, float64 compute with float32 outputs)\n";
 }
 
 namespace {

@@ -36,7 +36,9 @@ namespace detail {
 template <class T>
 struct scorer_backend_choice;  // detail/compute/backend.hpp
 }  // namespace detail
-template <class T, class Backend = typename detail::scorer_backend_choice<T>::type>
+// T: inputs, parameters, compute; Out: the scores, what streams out and
+// their gradients (detail: converted from T per split where it differs).
+template <class T, class Backend = typename detail::scorer_backend_choice<T>::type, class Out = T>
 class biaffine_scorer;
 
 enum class budget_kind;

@@ -47,14 +47,15 @@ struct batch_cost {
 };
 
 /// Backprop of a split-list layer: per-split score gradients in (`[n, n(, o)]`
-/// views), per-split input gradients written out (`[n, n_in]` views).
-template <class T>
-using split_backprop = backprop_fn<void(span<const score_view<const T>>, span<const seq_view<T>>)>;
+/// views of the output type O), per-split input gradients written out
+/// (`[n, n_in]` views of the value type T).
+template <class T, class O = T>
+using split_backprop = backprop_fn<void(span<const score_view<const O>>, span<const seq_view<T>>)>;
 
 /// Backprop of a split-list layer's labels at given heads: per-split `[n, o]`
-/// gradients in, per-split input gradients written out (`[n, n_in]` views).
-template <class T>
-using split_heads_backprop = backprop_fn<void(span<const seq_view<const T>>, span<const seq_view<T>>)>;
+/// gradients in (O), per-split input gradients written out (`[n, n_in]`, T).
+template <class T, class O = T>
+using split_heads_backprop = backprop_fn<void(span<const seq_view<const O>>, span<const seq_view<T>>)>;
 
 namespace detail {
 
@@ -87,6 +88,20 @@ template <class L>
 struct value_type_of<L, std::void_t<typename L::value_type>> {
     using type = typename L::value_type;
 };
+
+// L::output_type (the scalar of its scores, what streams out and their
+// gradients), else L's value_type: a layer whose outputs are of its value
+// type need not declare it.
+template <class L, class = void>
+struct output_type_of {
+    using type = typename value_type_of<L>::type;
+};
+template <class L>
+struct output_type_of<L, std::void_t<typename L::output_type>> {
+    using type = typename L::output_type;
+};
+template <class L>
+using output_t = typename output_type_of<L>::type;
 
 template <class L, class = void>
 struct has_n_in : std::false_type {};
@@ -136,7 +151,7 @@ template <class L, class = void>
 struct has_predict_stream : std::false_type {};
 template <class L>
 struct has_predict_stream<L, std::void_t<decltype(std::declval<const L&>().predict_stream(
-                                 std::declval<const probe_items<L>&>(), probe_sink<typename L::value_type>{}))>>
+                                 std::declval<const probe_items<L>&>(), probe_sink<output_t<L>>{}))>>
     : std::true_type {};
 
 template <class L, class = void>
@@ -166,7 +181,9 @@ struct has_forward_padded<L, std::void_t<decltype(std::declval<L&>().forward_pad
 }  // namespace detail
 
 /// Compile-time check of a split-list layer (what with_splits and
-/// with_minibatch_by_padded_size wrap): `value_type`, `n_in()`, `labels()`,
+/// with_minibatch_by_padded_size wrap): `value_type` (inputs, parameters,
+/// input gradients; `output_type`, the scalar of the scores, what streams
+/// out and their gradients, may differ and defaults to it), `n_in()`, `labels()`,
 /// `score_shape(n)`, `cost(count, max_len, mode)`, `predict(items)`,
 /// `predict_stream(items, sink)`, `forward(items, mode)` with its
 /// `backprop_type`. Each missing member fails with its own message.
@@ -246,7 +263,7 @@ template <class L>
 struct has_predict_heads_stream<
     L, std::void_t<decltype(std::declval<const L&>().predict_heads_stream(
            std::declval<const probe_items<L>&>(), std::declval<const probe_heads<L>&>(),
-           probe_heads_sink<typename L::value_type>{}))>> : std::true_type {};
+           probe_heads_sink<output_t<L>>{}))>> : std::true_type {};
 template <class L, class = void>
 struct has_forward_heads : std::false_type {};
 template <class L>
@@ -402,8 +419,8 @@ inline std::size_t max_split_rows(const std::size_t* off, std::size_t count)
 
 /// What every combinator passes through from the layer it wraps: the inner
 /// layer itself (held by reference when constructed from an lvalue, moved in
-/// from an rvalue), its scalar type, input width, label count and score
-/// shape. A combinator derives from this, checks its inner layer
+/// from an rvalue), its value and output types, input width, label count
+/// and score shape. A combinator derives from this, checks its inner layer
 /// (check_split_layer or check_padded_layer) and adds its own forward.
 template <class Inner>
 class wrapping_layer {
@@ -412,6 +429,7 @@ protected:
 
 public:
     using value_type = typename value_type_of<inner_type>::type;
+    using output_type = output_t<inner_type>;
 
     explicit wrapping_layer(Inner&& inner) : inner_(std::forward<Inner>(inner)) {}
 

@@ -149,17 +149,27 @@ std::size_t packed_count(const char* what, std::uint64_t rows, Ts... cols)
 ///
 /// `Backend` is the batch-level compute backend (detail/compute/interface.hpp);
 /// the default is the one detail/compute/backend.hpp chooses for T.
-template <class T, class Backend>
+///
+/// `Out` is the output type: the scores (and labels at heads) handed out or
+/// streamed, and the gradients their backprops take. T (the default) runs
+/// the backend's outputs in place; another floating type has each split's
+/// output computed in T into one split of scratch and converted as it is
+/// stored (and a backprop's gradients converted to T as it starts), the
+/// costs counting outputs at sizeof(Out) and that scratch.
+template <class T, class Backend, class Out>
 class biaffine_scorer {
 public:
     static_assert(std::is_floating_point<T>::value, "biaffine_scorer<T>: T must be float or double");
+    static_assert(std::is_floating_point<Out>::value, "biaffine_scorer<T, Backend, Out>: Out must be float or double");
     using value_type = T;
+    /// The scalar of the outputs (and of their gradients).
+    using output_type = Out;
     /// Callback of forward(): per-split dY in, per-split dX written.
-    using backprop_type = split_backprop<T>;
+    using backprop_type = split_backprop<T, Out>;
     /// Callback of forward_heads(): per-split `[n, o]` dY in, per-split dX written.
-    using heads_backprop_type = split_heads_backprop<T>;
+    using heads_backprop_type = split_heads_backprop<T, Out>;
     /// Callback of forward_padded(): dy `[b, L, L(, o)]` in, dx `[b, L, n_in]` out.
-    using padded_backprop_type = backprop_fn<tensor<T, 3>(const score_array<T>&)>;
+    using padded_backprop_type = backprop_fn<tensor<T, 3>(const score_array<Out>&)>;
     /// Both split backprops write every element of every dX slot (see
     /// detail::writes_every_slot).
     static constexpr bool writes_every_slot = true;
@@ -216,7 +226,7 @@ public:
     /// h + bias_v: the dependent side of the bilinear weight `[o, hu, hv]`.
     std::size_t hv() const noexcept { return cfg_.hidden + (cfg_.bias_v ? 1 : 0); }
     /// Shape of one split's scores: `[n, n]` or `[n, n, o]`.
-    typename score_tensor<T>::shape_type score_shape(std::size_t n) const
+    typename score_tensor<Out>::shape_type score_shape(std::size_t n) const
     {
         if (cfg_.labels == 1) return {n, n};
         return {n, n, cfg_.labels};
@@ -354,9 +364,9 @@ public:
     /// Scores of every split, inference: `X[k]` is a `[n_k, n_in]` view, the
     /// result one `[n_k, n_k(, o)]` tensor per split. Keeps nothing once it returns.
     template <class Items>
-    score_list<T> predict(const Items& X) const;
+    score_list<Out> predict(const Items& X) const;
 
-    /// Streaming inference: `sink(k, score_view<const T>)` receives split k's
+    /// Streaming inference: `sink(k, score_view<const Out>)` receives split k's
     /// `[n, n(, o)]` scores; the view lives only during the call, its memory is
     /// reused for the next split. One split's scores exist at a time.
     template <class Items, class Sink>
@@ -367,7 +377,7 @@ public:
     /// gradients and accumulates every parameter gradient. The splits' data
     /// must stay alive until the callback has run (views are kept, not copies).
     template <class Items>
-    std::pair<score_list<T>, backprop_type> forward(const Items& X, mode m = mode::train);
+    std::pair<score_list<Out>, backprop_type> forward(const Items& X, mode m = mode::train);
 
     // ------------------------------------------- labels at given heads API
     //
@@ -394,9 +404,9 @@ public:
 
     /// Labels at given heads, inference: one `[n_k, o]` tensor per split.
     template <class Items, class Heads>
-    score_list<T> predict_heads(const Items& X, const Heads& H) const;
+    score_list<Out> predict_heads(const Items& X, const Heads& H) const;
 
-    /// Streaming: `sink(k, seq_view<const T>)` receives split k's `[n, o]`;
+    /// Streaming: `sink(k, seq_view<const Out>)` receives split k's `[n, o]`;
     /// the view lives only during the call.
     template <class Items, class Heads, class Sink>
     void predict_heads_stream(const Items& X, const Heads& H, Sink&& sink) const;
@@ -407,19 +417,19 @@ public:
     /// gradient. The splits' data must outlive the callback; the heads are
     /// copied.
     template <class Items, class Heads>
-    std::pair<score_list<T>, heads_backprop_type> forward_heads(const Items& X, const Heads& H,
+    std::pair<score_list<Out>, heads_backprop_type> forward_heads(const Items& X, const Heads& H,
                                                                 mode m = mode::train);
 
     /// Padded labels at given heads, inference: `x [b, L, n_in]`, `lengths
     /// [b]`, `heads [b, L]` (integers; entries past a length are ignored) ->
     /// `[b, L, o]` (padded rows hold 0).
     template <class X3, class Lengths, class Heads2>
-    score_array<T> predict_heads_padded(const X3& x, const Lengths& lengths, const Heads2& heads) const;
+    score_array<Out> predict_heads_padded(const X3& x, const Lengths& lengths, const Heads2& heads) const;
 
     /// Padded forward of labels at given heads: `([b, L, o], backprop)`,
     /// `backprop(dy [b, L, o])` -> `dx [b, L, n_in]` (zero at padded positions).
     template <class X3, class Lengths, class Heads2>
-    std::pair<score_array<T>, padded_backprop_type> forward_heads_padded(const X3& x, const Lengths& lengths,
+    std::pair<score_array<Out>, padded_backprop_type> forward_heads_padded(const X3& x, const Lengths& lengths,
                                                                          const Heads2& heads, mode m = mode::train);
 
     // ------------------------------------------------------------ padded API
@@ -427,13 +437,13 @@ public:
     /// Reference interface, inference: `x [b, L, n_in]` (any xtensor array),
     /// `lengths [b]` -> `[b, L, L]` (o == 1) or `[b, L, L, o]`.
     template <class X3, class Lengths>
-    score_array<T> predict_padded(const X3& x, const Lengths& lengths) const;
+    score_array<Out> predict_padded(const X3& x, const Lengths& lengths) const;
 
     /// Reference interface, forward: `(y, backprop)`; `backprop(dy)` takes
     /// `dy` of y's shape (only the cells inside each sequence are read) and
     /// returns `dx [b, L, n_in]` (zero at padded positions).
     template <class X3, class Lengths>
-    std::pair<score_array<T>, padded_backprop_type> forward_padded(const X3& x, const Lengths& lengths,
+    std::pair<score_array<Out>, padded_backprop_type> forward_padded(const X3& x, const Lengths& lengths,
                                                                    mode m = mode::train);
 
 private:
@@ -563,7 +573,7 @@ private:
     }
 
     // detail/scorer_forward.hpp
-    score_tensor<T> new_scores(std::size_t n) const;
+    score_tensor<Out> new_scores(std::size_t n) const;
     template <class Items>
     void check_items(const Items& X) const;
     template <class Items>
@@ -577,11 +587,13 @@ private:
     // full scores).
     template <class Kind>
     using kind_backprop =
-        backprop_fn<void(span<const typename Kind::template view<const T>>, span<const seq_view<T>>)>;
+        backprop_fn<void(span<const typename Kind::template view<const Out>>, span<const seq_view<T>>)>;
     template <class Kind>
     std::size_t kept_output_offset(const saved_batch& sb, std::size_t k) const noexcept;
     template <class Kind, class Items, class Heads, class Dest, class Done>
     void predict_into(const Items& X, const Heads& H, Dest&& dest, Done&& done) const;
+    template <class Kind, class Items, class Heads, class Dest, class Done>
+    void predict_compute(const Items& X, const Heads& H, Dest&& dest, Done&& done) const;
     template <class Kind, class Items, class Heads, class Dest, class Done>
     void predict_into_bf16(const Items& X, const Heads& H, Dest&& dest, Done&& done) const;
     template <class Kind>
@@ -589,8 +601,9 @@ private:
     template <class Kind, class Items, class Heads, class Dest>
     kind_backprop<Kind> forward_into(const Items& X, const Heads& H, mode m, Dest&& dest);
     template <class Kind>
-    void backward(const saved_batch& sb, span<const typename Kind::template view<const T>> dY,
+    void backward(const saved_batch& sb, span<const typename Kind::template view<const Out>> dY,
                   span<const seq_view<T>> dX);
+    static constexpr bool converts = !std::is_same<T, Out>::value;
     template <class Items>
     void begin_saved(const Items& X, mode m, saved_batch& sb);
 
@@ -615,17 +628,17 @@ private:
     std::size_t train_packed_elements(std::size_t max_len, std::size_t rows) const noexcept;
 
     // detail/scorer_padded.hpp
-    typename score_array<T>::shape_type padded_shape(std::size_t b, std::size_t L) const;
+    typename score_array<Out>::shape_type padded_shape(std::size_t b, std::size_t L) const;
     template <class X3, class Lengths>
     tracked_vector<seq_view<const T>> padded_views(const X3& x, const Lengths& lengths) const;
     template <class Views>
-    void fill_padding(score_array<T>& y, const Views& views, mode m) const;
+    void fill_padding(score_array<Out>& y, const Views& views, mode m) const;
     template <class Kind>
-    score_array<T> new_padded(std::size_t b, std::size_t L) const;
+    score_array<Out> new_padded(std::size_t b, std::size_t L) const;
     template <class Kind, class Views, class Heads>
-    score_array<T> predict_padded_kind(const Views& views, const Heads& H, std::size_t L) const;
+    score_array<Out> predict_padded_kind(const Views& views, const Heads& H, std::size_t L) const;
     template <class Kind, class Views, class Heads>
-    std::pair<score_array<T>, padded_backprop_type> forward_padded_kind(const Views& views, const Heads& H,
+    std::pair<score_array<Out>, padded_backprop_type> forward_padded_kind(const Views& views, const Heads& H,
                                                                         std::size_t L, mode m);
 
     scorer_config cfg_;

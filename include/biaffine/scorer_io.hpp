@@ -220,8 +220,8 @@ void write_npy(const std::string& path, const std::string& shown, const T* data,
 /// file is written under a temporary name first; the set is renamed into
 /// place only once every file is complete. Throws biaffine::error naming the
 /// file on failure (temporaries removed).
-template <class T, class Backend>
-void save_npy(const biaffine_scorer<T, Backend>& scorer, const std::string& dir)
+template <class T, class Backend, class Out>
+void save_npy(const biaffine_scorer<T, Backend, Out>& scorer, const std::string& dir)
 {
     const auto params = scorer.parameters();
     std::vector<std::string> tmp;
@@ -248,8 +248,8 @@ void save_npy(const biaffine_scorer<T, Backend>& scorer, const std::string& dir)
 /// file is read and checked before any parameter changes: on any error
 /// (missing file, bad header, other dtype, wrong shape, wrong size) the
 /// scorer is as before and the exception names the file and what is wrong.
-template <class T, class Backend>
-void load_npy(biaffine_scorer<T, Backend>& scorer, const std::string& dir)
+template <class T, class Backend, class Out>
+void load_npy(biaffine_scorer<T, Backend, Out>& scorer, const std::string& dir)
 {
     // The const listing: loading allocates no gradient buffers. The scorer
     // itself is not const, so writing through its data pointers is fine.
@@ -264,14 +264,14 @@ void load_npy(biaffine_scorer<T, Backend>& scorer, const std::string& dir)
     scorer.parameters_changed();  // written through the const listing's pointers
 }
 
-template <class T, class Backend>
-void biaffine_scorer<T, Backend>::save_npy(const std::string& dir) const
+template <class T, class Backend, class Out>
+void biaffine_scorer<T, Backend, Out>::save_npy(const std::string& dir) const
 {
     biaffine::save_npy(*this, dir);
 }
 
-template <class T, class Backend>
-void biaffine_scorer<T, Backend>::load_npy(const std::string& dir)
+template <class T, class Backend, class Out>
+void biaffine_scorer<T, Backend, Out>::load_npy(const std::string& dir)
 {
     biaffine::load_npy(*this, dir);
 }

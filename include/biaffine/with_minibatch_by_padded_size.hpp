@@ -97,8 +97,10 @@ class with_minibatch_by_padded_size_layer : public detail::wrapping_layer<Inner>
 
 public:
     using typename base::value_type;
+    using typename base::output_type;
     using T = value_type;
-    using backprop_type = split_backprop<T>;
+    using O = output_type;
+    using backprop_type = split_backprop<T, O>;
     /// Each split goes to one batch: every dX slot is written where the inner layer writes every one.
     static constexpr bool writes_every_slot = detail::writes_every_slot<Inner>::value;
 
@@ -192,18 +194,18 @@ public:
 
     /// Scores of every split, in input order: `[n_k, n_k(, o)]` each.
     template <class Items>
-    score_list<T> predict(const Items& X) const
+    score_list<O> predict(const Items& X) const
     {
-        score_list<T> Y = placeholders(X.size());
+        score_list<O> Y = placeholders(X.size());
         run<false>(X, mode::eval, opts_.threads, /*reserve=*/false, /*kept=*/0,
             [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t, auto&&) {
-            score_list<T> Yb = inner_.predict(items);
+            score_list<O> Yb = inner_.predict(items);
             for (std::size_t j = 0; j < items.size(); ++j) Y[index[j]] = std::move(Yb[j]);
         });
         return Y;
     }
 
-    /// Streaming: `sink(k, score_view<const T>)` for every split k (in batch
+    /// Streaming: `sink(k, score_view<const O>)` for every split k (in batch
     /// order, not input order); each view lives only during its call. The
     /// sink is never called concurrently unless `options().concurrent_sink`.
     template <class Items, class Sink>
@@ -213,7 +215,7 @@ public:
         run<false>(X, mode::eval, opts_.threads, /*reserve=*/true, /*kept=*/0,
             [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t, auto&& my_turn) {
                 bool turn_taken = false;
-                inner_.predict_stream(items, [&](std::size_t j, score_view<const T> s) {
+                inner_.predict_stream(items, [&](std::size_t j, score_view<const O> s) {
                     deliver(turn_taken, my_turn, sink_mutex, [&] { sink(index[j], s); });
                 });
             });
@@ -222,7 +224,7 @@ public:
     /// Forward over all splits, batch by batch; the callback runs each
     /// batch's backprop and scatters input gradients to input order.
     template <class Items>
-    std::pair<score_list<T>, backprop_type> forward(const Items& X, mode m = mode::train)
+    std::pair<score_list<O>, backprop_type> forward(const Items& X, mode m = mode::train)
     {
         return forward_batches<false, backprop_type>(X, m, [&](const auto& items, auto, mode mm) {
             return inner_.forward(items, mm);
@@ -232,7 +234,7 @@ public:
     // ------------------------------------------- labels at given heads
 
     /// Backprop of forward_heads(): per-split `[n, o]` gradients, input order.
-    using heads_backprop_type = split_heads_backprop<T>;
+    using heads_backprop_type = split_heads_backprop<T, O>;
 
     /// The inner layer's cost of a batch of labels at given heads.
     batch_cost heads_cost(std::size_t count, std::size_t max_len, mode m = mode::eval) const
@@ -245,20 +247,20 @@ public:
     /// longer batches than for `[n, n, o]` scores). `H[k]` is split k's heads
     /// (`0..n_k-1`); checked before anything runs (head_error).
     template <class Items, class Heads>
-    score_list<T> predict_heads(const Items& X, const Heads& H) const
+    score_list<O> predict_heads(const Items& X, const Heads& H) const
     {
         static_assert(check_heads_layer<inner_type>());
         check_split_heads(X, H);
-        score_list<T> Y = placeholders(X.size());
+        score_list<O> Y = placeholders(X.size());
         run<true>(X, mode::eval, opts_.threads, /*reserve=*/false, /*kept=*/0,
                   [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t, auto&&) {
-                      score_list<T> Yb = inner_.predict_heads(items, detail::indexed_heads<Heads>{&H, index});
+                      score_list<O> Yb = inner_.predict_heads(items, detail::indexed_heads<Heads>{&H, index});
                       for (std::size_t j = 0; j < items.size(); ++j) Y[index[j]] = std::move(Yb[j]);
                   });
         return Y;
     }
 
-    /// Streaming labels at given heads: `sink(k, seq_view<const T>)` with
+    /// Streaming labels at given heads: `sink(k, seq_view<const O>)` with
     /// split k's `[n, o]` (batch order), as predict_stream.
     template <class Items, class Heads, class Sink>
     void predict_heads_stream(const Items& X, const Heads& H, Sink&& sink) const
@@ -271,7 +273,7 @@ public:
                       auto&& my_turn) {
                       bool turn_taken = false;
                       inner_.predict_heads_stream(
-                          items, detail::indexed_heads<Heads>{&H, index}, [&](std::size_t j, seq_view<const T> y) {
+                          items, detail::indexed_heads<Heads>{&H, index}, [&](std::size_t j, seq_view<const O> y) {
                               deliver(turn_taken, my_turn, sink_mutex, [&] { sink(index[j], y); });
                           });
                   });
@@ -279,7 +281,7 @@ public:
 
     /// Training forward of labels at given heads, batch by batch (as forward).
     template <class Items, class Heads>
-    std::pair<score_list<T>, heads_backprop_type> forward_heads(const Items& X, const Heads& H, mode m = mode::train)
+    std::pair<score_list<O>, heads_backprop_type> forward_heads(const Items& X, const Heads& H, mode m = mode::train)
     {
         static_assert(check_heads_layer<inner_type>());
         check_split_heads(X, H);
@@ -306,7 +308,7 @@ private:
     std::uint64_t planned(std::size_t count, std::size_t max_len, mode m) const
     {
         return detail::checked_add(inner_cost<Heads>(count, max_len, m).total(),
-                                   detail::checked_mul(count, sizeof(score_tensor<T>), "batch cost"), "batch cost");
+                                   detail::checked_mul(count, sizeof(score_tensor<O>), "batch cost"), "batch cost");
     }
 
     template <class Items, class Heads>
@@ -338,10 +340,10 @@ private:
     // batch's inner forward; the callback (BP, taking the per-split
     // gradients of either kind) runs each batch's backprop in order.
     template <bool Heads, class BP, class Items, class Call>
-    std::pair<score_list<T>, BP> forward_batches(const Items& X, mode m, Call&& call)
+    std::pair<score_list<O>, BP> forward_batches(const Items& X, mode m, Call&& call)
     {
         const std::size_t n = X.size();
-        score_list<T> Y = placeholders(n);
+        score_list<O> Y = placeholders(n);
         using inner_bp = std::decay_t<decltype(call(std::declval<span<const seq_view<const T>>>(),
                                                     std::declval<span<const std::size_t>>(), m)
                                                    .second)>;
@@ -366,7 +368,7 @@ private:
         const auto* self = this;
         inner_type* inner = &inner_;
         // The gradient views BP takes: score_view (full scores) or seq_view ([n, o]).
-        using grad_view = std::conditional_t<Heads, seq_view<const T>, score_view<const T>>;
+        using grad_view = std::conditional_t<Heads, seq_view<const O>, score_view<const O>>;
         BP bp([records = std::move(records), index = std::move(index), n, m, inner,
                self](span<const grad_view> dY, span<const seq_view<T>> dX) mutable {
             if (dY.size() != n || dX.size() != n) {
@@ -399,11 +401,11 @@ private:
 
     // Empty outputs, filled batch by batch: a default-constructed xarray
     // would allocate (and count) one element each.
-    static score_list<T> placeholders(std::size_t n)
+    static score_list<O> placeholders(std::size_t n)
     {
-        score_list<T> Y;
+        score_list<O> Y;
         Y.reserve(n);
-        for (std::size_t k = 0; k < n; ++k) Y.push_back(score_tensor<T>::from_shape({0}));
+        for (std::size_t k = 0; k < n; ++k) Y.push_back(score_tensor<O>::from_shape({0}));
         return Y;
     }
 

@@ -61,8 +61,10 @@ class with_pad_seq_unpad_matrix_layer : public detail::wrapping_layer<Inner> {
 
 public:
     using typename base::value_type;
+    using typename base::output_type;
     using T = value_type;
-    using backprop_type = split_backprop<T>;
+    using O = output_type;
+    using backprop_type = split_backprop<T, O>;
     /// Backprop unpads every split's rows of the inner dx into its slot.
     static constexpr bool writes_every_slot = true;
 
@@ -75,12 +77,12 @@ public:
     {
         return padded_batch_cost(
             inner_.padded_cost(count, max_len, m), count, max_len, m,
-            detail::checked_product("padded batch", count, max_len, max_len, inner_.labels(), sizeof(T)));
+            detail::checked_product("padded batch", count, max_len, max_len, inner_.labels(), sizeof(O)));
     }
 
     /// Scores of every split, `[n_k, n_k(, o)]`, through one padded call.
     template <class Items>
-    score_list<T> predict(const Items& X) const
+    score_list<O> predict(const Items& X) const
     {
         return predict_kind<detail::full_scores_kind>(X, detail::no_heads{});
     }
@@ -95,7 +97,7 @@ public:
     /// Forward through the padded inner layer; the callback pads the score
     /// gradients and unpads the input gradients.
     template <class Items>
-    std::pair<score_list<T>, backprop_type> forward(const Items& X, mode m = mode::train)
+    std::pair<score_list<O>, backprop_type> forward(const Items& X, mode m = mode::train)
     {
         return forward_kind<detail::full_scores_kind>(X, detail::no_heads{}, m);
     }
@@ -103,7 +105,7 @@ public:
     // ------------------------------------------- labels at given heads
 
     /// Backprop of forward_heads(): per-split `[n, o]` gradients.
-    using heads_backprop_type = split_heads_backprop<T>;
+    using heads_backprop_type = split_heads_backprop<T, O>;
 
     /// Working set of a batch of labels at given heads: padded input,
     /// lengths and heads (scratch), the inner layer's, its padded `[b, L, o]`
@@ -115,7 +117,7 @@ public:
             detail::checked_mul(count, max_len, "padded batch"));
         batch_cost c = padded_batch_cost(inner_.padded_heads_cost(count, max_len, m), count, max_len, m,
                                          detail::checked_product("padded batch", count, max_len, inner_.labels(),
-                                                                 sizeof(T)));
+                                                                 sizeof(O)));
         c.scratch = detail::checked_add(c.scratch, heads, "padded batch");
         return c;
     }
@@ -123,13 +125,13 @@ public:
     /// Labels at given heads of every split, `[n_k, o]`, through one padded
     /// call with heads `[b, L]`.
     template <class Items, class Heads>
-    score_list<T> predict_heads(const Items& X, const Heads& H) const
+    score_list<O> predict_heads(const Items& X, const Heads& H) const
     {
         static_assert(check_padded_heads_layer<inner_type>());
         return predict_kind<detail::labels_at_heads_kind>(X, H);
     }
 
-    /// Streaming labels at given heads: `sink(k, seq_view<const T>)`, views
+    /// Streaming labels at given heads: `sink(k, seq_view<const O>)`, views
     /// into the padded `[b, L, o]` output.
     template <class Items, class Heads, class Sink>
     void predict_heads_stream(const Items& X, const Heads& H, Sink&& sink) const
@@ -141,7 +143,7 @@ public:
     /// Forward of labels at given heads through the padded inner layer; the
     /// callback pads the `[n, o]` gradients to `[b, L, o]` and unpads dX.
     template <class Items, class Heads>
-    std::pair<score_list<T>, heads_backprop_type> forward_heads(const Items& X, const Heads& H, mode m = mode::train)
+    std::pair<score_list<O>, heads_backprop_type> forward_heads(const Items& X, const Heads& H, mode m = mode::train)
     {
         static_assert(check_padded_heads_layer<inner_type>());
         return forward_kind<detail::labels_at_heads_kind>(X, H, m);
@@ -153,24 +155,24 @@ private:
 
     // One split's unpadded output tensor: `[n, n(, o)]` or `[n, o]`.
     template <class Kind>
-    score_tensor<T> new_output(std::size_t n) const
+    score_tensor<O> new_output(std::size_t n) const
     {
         if constexpr (Kind::heads) {
-            return score_tensor<T>::from_shape({n, inner_.labels()});
+            return score_tensor<O>::from_shape({n, inner_.labels()});
         } else {
-            return score_tensor<T>(inner_.score_shape(n));
+            return score_tensor<O>(inner_.score_shape(n));
         }
     }
 
     template <class Kind, class Items, class Heads>
-    score_list<T> predict_kind(const Items& X, const Heads& H) const
+    score_list<O> predict_kind(const Items& X, const Heads& H) const
     {
         const std::size_t o = inner_.labels();
-        score_list<T> Y;
+        score_list<O> Y;
         Y.reserve(X.size());
-        predict_stream_kind<Kind>(X, H, [&](std::size_t, typename Kind::template view<const T> y) {
+        predict_stream_kind<Kind>(X, H, [&](std::size_t, typename Kind::template view<const O> y) {
             const std::size_t n = X[Y.size()].rows;
-            score_tensor<T> yk = new_output<Kind>(n);
+            score_tensor<O> yk = new_output<Kind>(n);
             Kind::assign(Kind::dense(yk.data(), n, o), y);
             Y.push_back(std::move(yk));
         });
@@ -206,7 +208,7 @@ private:
                                              : 0);
         pad(X, L, xp.data(), lens.data());
         auto x = xt::adapt(xp.data(), xp.size(), xt::no_ownership(), std::array<std::size_t, 3>{count, L, n_in});
-        const score_array<T> y =
+        const score_array<O> y =
             call_padded<Kind>(H, x, span<const std::int64_t>(lens.data(), count), hp.data(),
                               [&](const auto& xx, const auto& ll, const auto& hh) {
                                   if constexpr (Kind::heads) {
@@ -221,7 +223,7 @@ private:
     template <class Kind, class Items, class Heads>
     auto forward_kind(const Items& X, const Heads& H, mode m)
     {
-        using grad = typename Kind::template view<const T>;
+        using grad = typename Kind::template view<const O>;
         const std::size_t count = X.size(), L = max_len(X), n_in = inner_.n_in(), o = inner_.labels();
         detail::check_kind_heads<Kind>("with_pad_seq_unpad_matrix", X, H);
         padded_size(count, L);  // checked before xtensor multiplies the shape out
@@ -239,12 +241,12 @@ private:
                                                        return inner_.forward_padded(xx, ll, m);
                                                    }
                                                });
-        score_list<T> Y;
+        score_list<O> Y;
         Y.reserve(count);
         for (std::size_t k = 0; k < count; ++k) {
             const std::size_t n = X[k].rows;
-            score_tensor<T> yk = new_output<Kind>(n);
-            Kind::assign(Kind::dense(yk.data(), n, o), Kind::padded(static_cast<const T*>(y.data()), k, n, L, o));
+            score_tensor<O> yk = new_output<Kind>(n);
+            Kind::assign(Kind::dense(yk.data(), n, o), Kind::padded(static_cast<const O*>(y.data()), k, n, L, o));
             Y.push_back(std::move(yk));
         }
         auto shape = y.shape();
@@ -253,10 +255,10 @@ private:
              n_in](span<const grad> dY, span<const seq_view<T>> dX) mutable {
                 const std::size_t count = lens.size();
                 detail::check_backprop_counts(count, dY.size(), dX.size());
-                score_array<T> dy = xt::zeros<T>(shape);
+                score_array<O> dy = xt::zeros<O>(shape);
                 for (std::size_t k = 0; k < count; ++k) {
                     const std::size_t n = static_cast<std::size_t>(lens[k]);
-                    Kind::template check_grad<T>("with_pad_seq_unpad_matrix backprop", k, dY[k], n, o);
+                    Kind::template check_grad<O>("with_pad_seq_unpad_matrix backprop", k, dY[k], n, o);
                     detail::check_grad_slot("with_pad_seq_unpad_matrix backprop", k, dX[k], n, n_in);
                     Kind::assign(Kind::padded(dy.data(), k, n, L, o), dY[k]);
                 }

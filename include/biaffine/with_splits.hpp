@@ -164,11 +164,14 @@ class with_splits_layer : public detail::wrapping_layer<Inner> {
 
 public:
     using typename base::value_type;
+    using typename base::output_type;
     using T = value_type;
+    using O = output_type;
     /// Per-document input gradients `[n_tokens, n_in]`.
     using doc_grads = tracked_vector<tensor<T, 2>>;
-    /// Callback of forward(): per-split dY views in (see grad_views), per-document dX out.
-    using backprop_type = backprop_fn<doc_grads(span<const score_view<const T>>)>;
+    /// Callback of forward(): per-split dY views (of the output type) in (see
+    /// grad_views), per-document dX out.
+    using backprop_type = backprop_fn<doc_grads(span<const score_view<const O>>)>;
 
     /// Wraps `inner` (held by reference when an lvalue).
     explicit with_splits_layer(Inner&& inner) : base(std::forward<Inner>(inner)) {}
@@ -177,27 +180,27 @@ public:
     /// in order, splits in order inside each. `docs[d]` is `[n_tokens_d,
     /// n_in]`; `split_lengths[d]` sums to n_tokens_d.
     template <class Docs, class Lengths>
-    score_list<T> predict(const Docs& docs, const Lengths& split_lengths) const
+    score_list<O> predict(const Docs& docs, const Lengths& split_lengths) const
     {
         prepared p = prepare(docs, split_lengths);
         return inner_.predict(p.sequence(split_lengths));
     }
 
-    /// Streaming: `sink(split_index, doc_index, score_view<const T>)` per
+    /// Streaming: `sink(split_index, doc_index, score_view<const O>)` per
     /// split (in batch order when the inner layer batches); the view is valid
     /// only during the call. Nothing is kept per split.
     template <class Docs, class Lengths, class Sink>
     void predict_stream(const Docs& docs, const Lengths& split_lengths, Sink&& sink) const
     {
         prepared p = prepare(docs, split_lengths);
-        inner_.predict_stream(p.sequence(split_lengths), [&](std::size_t k, score_view<const T> s) { sink(k, p.document_of(k), s); });
+        inner_.predict_stream(p.sequence(split_lengths), [&](std::size_t k, score_view<const O> s) { sink(k, p.document_of(k), s); });
     }
 
     /// Training forward: the per-split scores and a callback that takes
     /// per-split gradients (a range of `[n, n(, o)]` arrays, or views) and
     /// returns per-document `dX`. Documents must outlive the callback.
     template <class Docs, class Lengths>
-    std::pair<score_list<T>, backprop_type> forward(const Docs& docs, const Lengths& split_lengths,
+    std::pair<score_list<O>, backprop_type> forward(const Docs& docs, const Lengths& split_lengths,
                                                     mode m = mode::train)
     {
         prepared p = prepare(docs, split_lengths);
@@ -209,7 +212,7 @@ public:
 
     /// Callback of forward_heads(): per-split `[n, o]` dY views in (see
     /// head_grad_views), per-document dX out.
-    using heads_backprop_type = backprop_fn<doc_grads(span<const seq_view<const T>>)>;
+    using heads_backprop_type = backprop_fn<doc_grads(span<const seq_view<const O>>)>;
 
     /// Labels at given heads: `heads[d]` holds one head per token of document
     /// d (a contiguous range of integers, e.g. `std::vector<int>`), each
@@ -219,7 +222,7 @@ public:
     /// split throws head_error naming document, split and token. Needs an
     /// inner layer with the heads members (check_heads_layer).
     template <class Docs, class Lengths, class Heads>
-    score_list<T> predict_heads(const Docs& docs, const Lengths& split_lengths, const Heads& heads) const
+    score_list<O> predict_heads(const Docs& docs, const Lengths& split_lengths, const Heads& heads) const
     {
         static_assert(check_heads_layer<inner_type>());
         prepared p = prepare(docs, split_lengths);
@@ -228,7 +231,7 @@ public:
     }
 
     /// Streaming labels at given heads: `sink(split_index, doc_index,
-    /// seq_view<const T>)` with split k's `[n, o]`, valid during the call.
+    /// seq_view<const O>)` with split k's `[n, o]`, valid during the call.
     template <class Docs, class Lengths, class Heads, class Sink>
     void predict_heads_stream(const Docs& docs, const Lengths& split_lengths, const Heads& heads, Sink&& sink) const
     {
@@ -236,14 +239,14 @@ public:
         prepared p = prepare(docs, split_lengths);
         const auto lists = split_heads(p, split_lengths, heads);
         inner_.predict_heads_stream(p.sequence(split_lengths, heads_bytes(lists)), span_of(lists),
-                                    [&](std::size_t k, seq_view<const T> y) { sink(k, p.document_of(k), y); });
+                                    [&](std::size_t k, seq_view<const O> y) { sink(k, p.document_of(k), y); });
     }
 
     /// Training forward of labels at given heads: `[n, o]` per split and a
     /// callback taking per-split `[n, o]` gradients, returning per-document
     /// dX. Documents must outlive the callback; the heads need not.
     template <class Docs, class Lengths, class Heads>
-    std::pair<score_list<T>, heads_backprop_type> forward_heads(const Docs& docs, const Lengths& split_lengths,
+    std::pair<score_list<O>, heads_backprop_type> forward_heads(const Docs& docs, const Lengths& split_lengths,
                                                                 const Heads& heads, mode m = mode::train)
     {
         static_assert(check_heads_layer<inner_type>());
@@ -257,7 +260,7 @@ public:
 
     /// Convenience: heads backprop from owning per-split `[n, o]` arrays.
     template <class Grads>
-    static tracked_vector<seq_view<const T>> head_grad_views(const Grads& dY)
+    static tracked_vector<seq_view<const O>> head_grad_views(const Grads& dY)
     {
         return kind_grad_views<detail::labels_at_heads_kind>(dY);
     }
@@ -265,7 +268,7 @@ public:
     /// Convenience: backprop from owning per-split gradient arrays (e.g. a
     /// score_list of the output's shapes).
     template <class Grads>
-    static tracked_vector<score_view<const T>> grad_views(const Grads& dY)
+    static tracked_vector<score_view<const O>> grad_views(const Grads& dY)
     {
         return kind_grad_views<detail::full_scores_kind>(dY);
     }
@@ -274,9 +277,9 @@ private:
     // Views of owning per-split gradient arrays of an output kind; a bad one
     // throws shape_error naming its split.
     template <class Kind, class Grads>
-    static tracked_vector<typename Kind::template view<const T>> kind_grad_views(const Grads& dY)
+    static tracked_vector<typename Kind::template view<const O>> kind_grad_views(const Grads& dY)
     {
-        tracked_vector<typename Kind::template view<const T>> v;
+        tracked_vector<typename Kind::template view<const O>> v;
         v.reserve(detail::range_size(dY));
         std::size_t k = 0;
         for (const auto& g : dY) {
@@ -315,7 +318,7 @@ private:
     template <class Kind, class Lengths, class Call>
     auto forward_kind(prepared p, const Lengths& split_lengths, std::uint64_t extra, Call&& call)
     {
-        using grad = typename Kind::template view<const T>;
+        using grad = typename Kind::template view<const O>;
         const std::uint64_t kept = detail::checked_add(
             extra,
             detail::checked_mul(p.first.back(), sizeof(std::size_t) + sizeof(seq_view<T>), "with_splits bookkeeping"),

@@ -161,6 +161,19 @@ struct full_scores_kind {
     {
         if (y.n != 0) row_block(dst, y.n, y.n * y.labels) = y.map();
     }
+    /// dst = src converted to dst's scalar (an output type apart from the
+    /// compute type), both `[n, n(, o)]`.
+    template <class O, class T>
+    static void convert(view<O> dst, view<const T> src)
+    {
+        if (src.n != 0) dst.map() = src.map().template cast<O>();
+    }
+    /// Tokens of one split's output.
+    template <class T>
+    static std::size_t tokens(const view<T>& y) noexcept
+    {
+        return y.n;
+    }
 };
 
 /// Labels at given heads: split k's `[n, o]`, row m the labels of token m at
@@ -226,6 +239,16 @@ struct labels_at_heads_kind {
     static void copy(view<const T> y, T* dst)
     {
         if (y.rows != 0) row_block(dst, y.rows, y.cols) = y.map();
+    }
+    template <class O, class T>
+    static void convert(view<O> dst, view<const T> src)
+    {
+        if (src.rows != 0) dst.map() = src.map().template cast<O>();
+    }
+    template <class T>
+    static std::size_t tokens(const view<T>& y) noexcept
+    {
+        return y.rows;
     }
 };
 

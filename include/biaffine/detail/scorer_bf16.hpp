@@ -28,9 +28,9 @@ namespace detail {
 
 }  // namespace detail
 
-template <class T, class Backend>
+template <class T, class Backend, class Out>
 template <class Kind, class Items, class Heads, class Dest, class Done>
-void biaffine_scorer<T, Backend>::predict_into_bf16(const Items& X, const Heads& H, Dest&& dest, Done&& done) const
+void biaffine_scorer<T, Backend, Out>::predict_into_bf16(const Items& X, const Heads& H, Dest&& dest, Done&& done) const
 {
     if constexpr (!std::is_same<T, float>::value) {
         (void)X, (void)H, (void)dest, (void)done;
@@ -69,9 +69,9 @@ void biaffine_scorer<T, Backend>::predict_into_bf16(const Items& X, const Heads&
 // list; the caller adds outputs and the stream buffer. The packed weights
 // are the scorer's own, like its parameters (bf16_weights_cache), not a
 // batch's.
-template <class T, class Backend>
+template <class T, class Backend, class Out>
 template <class Kind>
-batch_cost biaffine_scorer<T, Backend>::kind_cost_bf16(std::size_t count, std::size_t max_len) const
+batch_cost biaffine_scorer<T, Backend, Out>::kind_cost_bf16(std::size_t count, std::size_t max_len) const
 {
     using F = detail::scorer_bf16_forward;
     const char* what = "batch cost";

@@ -16,8 +16,8 @@
 
 BIAFFINE_NAMESPACE_BEGIN
 
-template <class T, class Backend>
-batch_cost biaffine_scorer<T, Backend>::cost(std::size_t count, std::size_t max_len, mode m) const
+template <class T, class Backend, class Out>
+batch_cost biaffine_scorer<T, Backend, Out>::cost(std::size_t count, std::size_t max_len, mode m) const
 {
     return kind_cost<detail::full_scores_kind>(count, max_len, m);
 }
@@ -26,9 +26,9 @@ batch_cost biaffine_scorer<T, Backend>::cost(std::size_t count, std::size_t max_
 // scores hold T a group of splits at a time in inference and give the
 // backend a packed block for a split's products; labels at given heads hold
 // T for every row and the packed row of each token's head.
-template <class T, class Backend>
+template <class T, class Backend, class Out>
 template <class Kind>
-batch_cost biaffine_scorer<T, Backend>::kind_cost(std::size_t count, std::size_t max_len, mode m) const
+batch_cost biaffine_scorer<T, Backend, Out>::kind_cost(std::size_t count, std::size_t max_len, mode m) const
 {
     using detail::checked_add;
     using detail::checked_mul;
@@ -37,7 +37,7 @@ batch_cost biaffine_scorer<T, Backend>::kind_cost(std::size_t count, std::size_t
     const std::uint64_t rows = checked_mul(count, max_len, what);
     const std::size_t o = cfg_.labels;
     batch_cost c;
-    c.outputs = detail::checked_product(what, Kind::elements(max_len, o, what), count, sizeof(T));
+    c.outputs = detail::checked_product(what, Kind::elements(max_len, o, what), count, sizeof(Out));
     // What the backend holds on a device (none on the host).
     c.device = backend_.device_bytes(count, max_len, m);
     const std::uint64_t xp = scratch_bytes<T>(checked_mul(rows, cfg_.n_in, what));
@@ -53,13 +53,18 @@ batch_cost biaffine_scorer<T, Backend>::kind_cost(std::size_t count, std::size_t
     const std::uint64_t head_rows = Kind::heads ? checked_mul(rows, sizeof(std::size_t), what) : 0;
     // The longest split a backend product sees (labels at heads: none).
     const std::size_t split_len = Kind::heads ? 0 : max_len;
-    // One split's output: predict_stream's buffer, or in training one
+    // One split's output: predict_stream's buffer (Out), or in training one
     // split's dS (and its recomputed output).
     const std::uint64_t one = scratch_bytes<T>(Kind::elements(max_len, o, what));
+    const std::uint64_t stream = scratch_bytes<Out>(Kind::elements(max_len, o, what));
+    // An output type apart from T: one split's output in T before it is
+    // converted (inference and the training forward), and in backward the
+    // batch's gradients converted to T with their views.
+    const std::uint64_t convert_one = converts ? one : 0;
     if (m == mode::eval && cfg_.precision == compute_precision::bf16) {
         batch_cost b = kind_cost_bf16<Kind>(count, max_len);
         b.outputs = c.outputs;
-        b.scratch = checked_add(b.scratch, one, what);  // the stream buffer, as below
+        b.scratch = checked_add(checked_add(b.scratch, stream, what), convert_one, what);  // as below
         return b;
     }
     if (m == mode::eval) {
@@ -74,7 +79,7 @@ batch_cost biaffine_scorer<T, Backend>::kind_cost(std::size_t count, std::size_t
         const std::uint64_t uv_t = checked_add(checked_add(u, v, what), eval_t, what);
         c.scratch = checked_add(
             checked_add(checked_add(offsets, scratch_bytes<std::size_t>(head_rows / sizeof(std::size_t)), what),
-                        checked_add(input, one, what), what),
+                        checked_add(input, checked_add(stream, convert_one, what), what), what),
             checked_add(packed, uv_t, what), what);
         return c;
     }
@@ -92,24 +97,31 @@ batch_cost biaffine_scorer<T, Backend>::kind_cost(std::size_t count, std::size_t
     const std::uint64_t views = checked_add(
         checked_mul(count, sizeof(seq_view<const T>) + sizeof(std::size_t), what), head_rows, what);
     const std::uint64_t packed = scratch_bytes<T>(train_packed_elements(split_len, detail::to_index_size(rows, what)));
+    // Converting backward: one split's dY in T (the backend's loop converts
+    // them one at a time; the forward's one split of T is no more).
+    const std::uint64_t convert_dy = convert_one;
     // Full scores' backward also counts the offsets (as it always has: an
     // upper bound the tests hold it to).
-    const std::uint64_t backward =
+    const std::uint64_t backward = checked_add(
         checked_add(checked_add(checked_add(uvt, one_ds, what), checked_add(input, Kind::heads ? 0 : offsets, what),
                                 what),
-                    packed, what);
+                    packed, what),
+        convert_dy, what);
+    // The kept softmax outputs are T, whatever the output type.
+    const std::uint64_t kept_y =
+        softmax ? detail::checked_product(what, Kind::elements(max_len, o, what), count, sizeof(T)) : 0;
     if (cfg_.recompute_in_backward) {
         c.saved = views;
         c.scratch = checked_add(backward, checked_add(uvt, one_ds, what), what);
     } else {
-        c.saved = checked_add(checked_add(uvt, softmax ? c.outputs : 0, what), views, what);
+        c.saved = checked_add(checked_add(uvt, kept_y, what), views, what);
         c.scratch = backward;
     }
     return c;
 }
 
-template <class T, class Backend>
-batch_cost biaffine_scorer<T, Backend>::padded_cost(std::size_t count, std::size_t max_len, mode m) const
+template <class T, class Backend, class Out>
+batch_cost biaffine_scorer<T, Backend, Out>::padded_cost(std::size_t count, std::size_t max_len, mode m) const
 {
     batch_cost c = cost(count, max_len, m);
     const std::uint64_t views = detail::checked_mul(count, sizeof(seq_view<const T>), "batch cost");
@@ -127,13 +139,13 @@ batch_cost biaffine_scorer<T, Backend>::padded_cost(std::size_t count, std::size
 // Elements of the packed block the backend carves for splits of up to
 // max_len tokens (and in training a batch of up to `rows` rows), inference
 // and training (0 for Eigen).
-template <class T, class Backend>
-std::size_t biaffine_scorer<T, Backend>::packed_elements(std::size_t max_len) const noexcept
+template <class T, class Backend, class Out>
+std::size_t biaffine_scorer<T, Backend, Out>::packed_elements(std::size_t max_len) const noexcept
 {
     return backend_.packed_elements(max_len);
 }
-template <class T, class Backend>
-std::size_t biaffine_scorer<T, Backend>::train_packed_elements(std::size_t max_len, std::size_t rows) const noexcept
+template <class T, class Backend, class Out>
+std::size_t biaffine_scorer<T, Backend, Out>::train_packed_elements(std::size_t max_len, std::size_t rows) const noexcept
 {
     return backend_.train_packed_elements(max_len, rows);
 }

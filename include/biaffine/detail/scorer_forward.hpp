@@ -39,41 +39,41 @@ score_view<T> dense_scores(S& s)
 
 // ------------------------------------------------------------ public calls
 
-template <class T, class Backend>
+template <class T, class Backend, class Out>
 template <class Items>
-score_list<T> biaffine_scorer<T, Backend>::predict(const Items& X) const
+score_list<Out> biaffine_scorer<T, Backend, Out>::predict(const Items& X) const
 {
-    score_list<T> Y;
+    score_list<Out> Y;
     Y.reserve(X.size());
     for (std::size_t k = 0; k < X.size(); ++k) Y.push_back(new_scores(X[k].rows));
     predict_into<detail::full_scores_kind>(X, detail::no_heads{},
-                                           [&](std::size_t k, std::size_t) { return detail::dense_scores<T>(Y[k]); },
-                                           [](std::size_t, score_view<T>) {});
+                                           [&](std::size_t k, std::size_t) { return detail::dense_scores<Out>(Y[k]); },
+                                           [](std::size_t, score_view<Out>) {});
     return Y;
 }
 
-template <class T, class Backend>
+template <class T, class Backend, class Out>
 template <class Items, class Sink>
-void biaffine_scorer<T, Backend>::predict_stream(const Items& X, Sink&& sink) const
+void biaffine_scorer<T, Backend, Out>::predict_stream(const Items& X, Sink&& sink) const
 {
     std::size_t max_n = 0;
     for (std::size_t k = 0; k < X.size(); ++k) max_n = std::max(max_n, X[k].rows);
     const std::size_t o = cfg_.labels;
-    scratch<T> s(detail::to_index_size(detail::checked_product("stream", max_n, max_n, o), "stream"));
+    scratch<Out> s(detail::to_index_size(detail::checked_product("stream", max_n, max_n, o), "stream"));
     predict_into<detail::full_scores_kind>(
-        X, detail::no_heads{}, [&](std::size_t, std::size_t n) { return score_view<T>{s.data(), n, o, static_cast<std::ptrdiff_t>(n * o)}; },
-        [&](std::size_t k, score_view<T> y) { sink(k, score_view<const T>{y.data, y.n, y.labels, y.row_stride}); });
+        X, detail::no_heads{}, [&](std::size_t, std::size_t n) { return score_view<Out>{s.data(), n, o, static_cast<std::ptrdiff_t>(n * o)}; },
+        [&](std::size_t k, score_view<Out> y) { sink(k, score_view<const Out>{y.data, y.n, y.labels, y.row_stride}); });
 }
 
-template <class T, class Backend>
+template <class T, class Backend, class Out>
 template <class Items>
-std::pair<score_list<T>, typename biaffine_scorer<T, Backend>::backprop_type> biaffine_scorer<T, Backend>::forward(const Items& X,
-                                                                                                  mode m)
+std::pair<score_list<Out>, typename biaffine_scorer<T, Backend, Out>::backprop_type>
+biaffine_scorer<T, Backend, Out>::forward(const Items& X, mode m)
 {
-    score_list<T> Y;
+    score_list<Out> Y;
     Y.reserve(X.size());
     for (std::size_t k = 0; k < X.size(); ++k) Y.push_back(new_scores(X[k].rows));
-    backprop_type bp = forward_into<detail::full_scores_kind>(X, detail::no_heads{}, m, [&](std::size_t k, std::size_t) { return detail::dense_scores<T>(Y[k]); });
+    backprop_type bp = forward_into<detail::full_scores_kind>(X, detail::no_heads{}, m, [&](std::size_t k, std::size_t) { return detail::dense_scores<Out>(Y[k]); });
     return {std::move(Y), std::move(bp)};
 }
 
@@ -81,16 +81,16 @@ std::pair<score_list<T>, typename biaffine_scorer<T, Backend>::backprop_type> bi
 
 // One split's `[n, n(, o)]` output; its size is checked before xtensor
 // multiplies the shape out unchecked.
-template <class T, class Backend>
-score_tensor<T> biaffine_scorer<T, Backend>::new_scores(std::size_t n) const
+template <class T, class Backend, class Out>
+score_tensor<Out> biaffine_scorer<T, Backend, Out>::new_scores(std::size_t n) const
 {
-    detail::to_index_size(detail::checked_product("split scores", n, n, cfg_.labels, sizeof(T)), "split scores");
-    return score_tensor<T>(score_shape(n));
+    detail::to_index_size(detail::checked_product("split scores", n, n, cfg_.labels, sizeof(Out)), "split scores");
+    return score_tensor<Out>(score_shape(n));
 }
 
-template <class T, class Backend>
+template <class T, class Backend, class Out>
 template <class Items>
-void biaffine_scorer<T, Backend>::check_items(const Items& X) const
+void biaffine_scorer<T, Backend, Out>::check_items(const Items& X) const
 {
     for (std::size_t k = 0; k < X.size(); ++k) {
         if (X[k].cols != cfg_.n_in) {
@@ -101,9 +101,9 @@ void biaffine_scorer<T, Backend>::check_items(const Items& X) const
 }
 
 // Row offsets of the splits in the packed batch; returns the total.
-template <class T, class Backend>
+template <class T, class Backend, class Out>
 template <class Items>
-std::size_t biaffine_scorer<T, Backend>::fill_offsets(const Items& X, std::size_t* off) const
+std::size_t biaffine_scorer<T, Backend, Out>::fill_offsets(const Items& X, std::size_t* off) const
 {
     std::uint64_t total = 0;
     for (std::size_t k = 0; k < X.size(); ++k) {
@@ -116,8 +116,8 @@ std::size_t biaffine_scorer<T, Backend>::fill_offsets(const Items& X, std::size_
 
 // The backend with this scorer's current parameters: prepared again
 // exactly when the parameter version moved since it last was.
-template <class T, class Backend>
-const Backend& biaffine_scorer<T, Backend>::prepared_backend() const
+template <class T, class Backend, class Out>
+const Backend& biaffine_scorer<T, Backend, Out>::prepared_backend() const
 {
     if (backend_.prepared_version() != version_) backend_.prepare(version_, weights());
     return backend_;
@@ -125,9 +125,9 @@ const Backend& biaffine_scorer<T, Backend>::prepared_backend() const
 
 // U, V (after relu and dropout) and T = U W' for every packed row
 // (backward's recompute).
-template <class T, class Backend>
+template <class T, class Backend, class Out>
 template <class Items>
-void biaffine_scorer<T, Backend>::forward_activations(const Items& X, const std::size_t* off, std::size_t N,
+void biaffine_scorer<T, Backend, Out>::forward_activations(const Items& X, const std::size_t* off, std::size_t N,
                                                       bool drop, std::uint64_t seed, T* u, T* v, T* t,
                                                       T* packed) const
 {
@@ -137,14 +137,39 @@ void biaffine_scorer<T, Backend>::forward_activations(const Items& X, const std:
     be.bilinear_left(u, N, t, packed);
 }
 
-// Inference of one output kind: the activations in scratch, then each
-// split's output into `dest(k, n)` and `done(k, y)` called once it is there.
-template <class T, class Backend>
+// Inference of one output kind: each split's output into `dest(k, n)` (a
+// view of Out) and `done(k, y)` called once it is there. With an output type
+// apart from T, the backend writes each split into one split of T scratch,
+// converted into dest as it is stored.
+template <class T, class Backend, class Out>
 template <class Kind, class Items, class Heads, class Dest, class Done>
-void biaffine_scorer<T, Backend>::predict_into(const Items& X, const Heads& H, Dest&& dest, Done&& done) const
+void biaffine_scorer<T, Backend, Out>::predict_into(const Items& X, const Heads& H, Dest&& dest, Done&& done) const
 {
     check_items(X);
     detail::check_kind_heads<Kind>("scorer", X, H);
+    if constexpr (converts) {
+        std::size_t max_n = 0;
+        for (std::size_t k = 0; k < X.size(); ++k) max_n = std::max(max_n, X[k].rows);
+        const std::size_t o = cfg_.labels;
+        scratch<T> buf(detail::packed_count<T>(Kind::output_name, Kind::elements(max_n, o, Kind::output_name)));
+        predict_compute<Kind>(
+            X, H, [&](std::size_t, std::size_t n) { return Kind::dense(buf.data(), n, o); },
+            [&](std::size_t k, typename Kind::template view<T> y) {
+                auto yo = dest(k, Kind::tokens(y));
+                Kind::convert(yo, Kind::read_only(y));
+                done(k, yo);
+            });
+    } else {
+        predict_compute<Kind>(X, H, dest, done);
+    }
+}
+
+// predict_into's computation, in T: the activations in scratch, then each
+// split's output into `dest(k, n)` and `done(k, y)`.
+template <class T, class Backend, class Out>
+template <class Kind, class Items, class Heads, class Dest, class Done>
+void biaffine_scorer<T, Backend, Out>::predict_compute(const Items& X, const Heads& H, Dest&& dest, Done&& done) const
+{
     if (cfg_.precision == compute_precision::bf16) {
         predict_into_bf16<Kind>(X, H, dest, done);
         return;
@@ -168,9 +193,9 @@ void biaffine_scorer<T, Backend>::predict_into(const Items& X, const Heads& H, D
 
 // Training (or eval-mode) forward of one output kind: what backward needs
 // goes into the saved batch that moves into the callback.
-template <class T, class Backend>
+template <class T, class Backend, class Out>
 template <class Kind, class Items, class Heads, class Dest>
-typename biaffine_scorer<T, Backend>::template kind_backprop<Kind> biaffine_scorer<T, Backend>::forward_into(
+typename biaffine_scorer<T, Backend, Out>::template kind_backprop<Kind> biaffine_scorer<T, Backend, Out>::forward_into(
     const Items& X, const Heads& H, mode m, Dest&& dest)
 {
     check_items(X);
@@ -205,23 +230,39 @@ typename biaffine_scorer<T, Backend>::template kind_backprop<Kind> biaffine_scor
     // Kept activations (and outputs) are one block that moves into the
     // callback; recomputed ones are workspace scratch that dies with this call.
     activations<saved_batch> act(*this, sb, ys);
-    scratch<T> packed(be.packed_elements(Kind::heads ? 0 : detail::max_split_rows(sb.off.data(), count)));
+    const std::size_t max_n = detail::max_split_rows(sb.off.data(), count);
+    // An output type apart from T: each split's output in T here, converted
+    // into dest once the backend has finished it (softmax and kept copy in T).
+    scratch<T> buf(converts ? detail::packed_count<T>(Kind::output_name, Kind::elements(max_n, o, Kind::output_name))
+                            : 0);
+    scratch<T> packed(be.packed_elements(Kind::heads ? 0 : max_n));
     be.project(X, sb.off.data(), N, act.u, act.v, packed.data());
     if (sb.drop) be.dropout(cfg_.dropout, sb.seed, act.u, act.v, sb.off.data(), count);
-    be.template score_outputs<Kind>(
-        act.u, act.v, sb.off.data(), count, sb.head_rows.data(), act.t, true, sb.softmax, packed.data(), dest,
-        [&](std::size_t k) { return keep_y ? sb.ys + kept_output_offset<Kind>(sb, k) : static_cast<T*>(nullptr); },
-        [](std::size_t, typename Kind::template view<T>) {});
+    const auto keep = [&](std::size_t k) {
+        return keep_y ? sb.ys + kept_output_offset<Kind>(sb, k) : static_cast<T*>(nullptr);
+    };
+    if constexpr (converts) {
+        be.template score_outputs<Kind>(
+            act.u, act.v, sb.off.data(), count, sb.head_rows.data(), act.t, true, sb.softmax, packed.data(),
+            [&](std::size_t, std::size_t n) { return Kind::dense(buf.data(), n, o); }, keep,
+            [&](std::size_t k, typename Kind::template view<T> y) {
+                Kind::convert(dest(k, Kind::tokens(y)), Kind::read_only(y));
+            });
+    } else {
+        be.template score_outputs<Kind>(act.u, act.v, sb.off.data(), count, sb.head_rows.data(), act.t, true,
+                                        sb.softmax, packed.data(), dest, keep,
+                                        [](std::size_t, typename Kind::template view<T>) {});
+    }
     return kind_backprop<Kind>(
-        [this, sb = std::move(sb)](span<const typename Kind::template view<const T>> dY, span<const seq_view<T>> dX) {
+        [this, sb = std::move(sb)](span<const typename Kind::template view<const Out>> dY, span<const seq_view<T>> dX) {
             backward<Kind>(sb, dY, dX);
         });
 }
 
 // Where split k's kept softmax outputs start in the saved block.
-template <class T, class Backend>
+template <class T, class Backend, class Out>
 template <class Kind>
-std::size_t biaffine_scorer<T, Backend>::kept_output_offset(const saved_batch& sb, std::size_t k) const noexcept
+std::size_t biaffine_scorer<T, Backend, Out>::kept_output_offset(const saved_batch& sb, std::size_t k) const noexcept
 {
     if constexpr (Kind::heads) {
         return sb.off[k] * cfg_.labels;
@@ -230,14 +271,14 @@ std::size_t biaffine_scorer<T, Backend>::kept_output_offset(const saved_batch& s
     }
 }
 
-template <class T, class Backend>
+template <class T, class Backend, class Out>
 template <class Kind>
-void biaffine_scorer<T, Backend>::backward(const saved_batch& sb,
-                                           span<const typename Kind::template view<const T>> dY,
-                                           span<const seq_view<T>> dX)
+void biaffine_scorer<T, Backend, Out>::backward(const saved_batch& sb,
+                                                span<const typename Kind::template view<const Out>> dY,
+                                                span<const seq_view<T>> dX)
 {
     const std::size_t count = sb.views.size(), o = cfg_.labels;
-    check_backward_args(sb, dY, dX, Kind::grad_name, [](auto&&... a) { Kind::template check_grad<T>(a...); });
+    check_backward_args(sb, dY, dX, Kind::grad_name, [](auto&&... a) { Kind::template check_grad<Out>(a...); });
     const Backend& be = prepared_backend();
     const std::size_t N = sb.off[count];
     const std::size_t* off = sb.off.data();
@@ -269,9 +310,9 @@ void biaffine_scorer<T, Backend>::backward(const saved_batch& sb,
 
 // Offsets, views, mode flags and the dropout seed of one training forward
 // (the same draw for full scores and labels at given heads).
-template <class T, class Backend>
+template <class T, class Backend, class Out>
 template <class Items>
-void biaffine_scorer<T, Backend>::begin_saved(const Items& X, mode m, saved_batch& sb)
+void biaffine_scorer<T, Backend, Out>::begin_saved(const Items& X, mode m, saved_batch& sb)
 {
     const std::size_t count = X.size();
     sb.off.resize(count + 1);

@@ -29,48 +29,48 @@
 BIAFFINE_NAMESPACE_BEGIN
 // ------------------------------------------------------------ public calls
 
-template <class T, class Backend>
+template <class T, class Backend, class Out>
 template <class Items, class Heads>
-score_list<T> biaffine_scorer<T, Backend>::predict_heads(const Items& X, const Heads& H) const
+score_list<Out> biaffine_scorer<T, Backend, Out>::predict_heads(const Items& X, const Heads& H) const
 {
-    score_list<T> Y;
+    score_list<Out> Y;
     Y.reserve(X.size());
-    for (std::size_t k = 0; k < X.size(); ++k) Y.push_back(score_tensor<T>::from_shape(heads_shape(X[k].rows)));
+    for (std::size_t k = 0; k < X.size(); ++k) Y.push_back(score_tensor<Out>::from_shape(heads_shape(X[k].rows)));
     predict_into<detail::labels_at_heads_kind>(
         X, H, [&](std::size_t k, std::size_t n) { return detail::dense_rows(Y[k].data(), n, cfg_.labels); },
-        [](std::size_t, seq_view<T>) {});
+        [](std::size_t, seq_view<Out>) {});
     return Y;
 }
 
-template <class T, class Backend>
+template <class T, class Backend, class Out>
 template <class Items, class Heads, class Sink>
-void biaffine_scorer<T, Backend>::predict_heads_stream(const Items& X, const Heads& H, Sink&& sink) const
+void biaffine_scorer<T, Backend, Out>::predict_heads_stream(const Items& X, const Heads& H, Sink&& sink) const
 {
     std::size_t max_n = 0;
     for (std::size_t k = 0; k < X.size(); ++k) max_n = std::max(max_n, X[k].rows);
     const std::size_t o = cfg_.labels;
-    scratch<T> s(detail::packed_count<T>("stream", max_n, o));
+    scratch<Out> s(detail::packed_count<Out>("stream", max_n, o));
     predict_into<detail::labels_at_heads_kind>(
         X, H, [&](std::size_t, std::size_t n) { return detail::dense_rows(s.data(), n, o); },
-        [&](std::size_t k, seq_view<T> y) { sink(k, detail::read_only(y)); });
+        [&](std::size_t k, seq_view<Out> y) { sink(k, detail::read_only(y)); });
 }
 
-template <class T, class Backend>
+template <class T, class Backend, class Out>
 template <class Items, class Heads>
-std::pair<score_list<T>, typename biaffine_scorer<T, Backend>::heads_backprop_type>
-biaffine_scorer<T, Backend>::forward_heads(const Items& X, const Heads& H, mode m)
+std::pair<score_list<Out>, typename biaffine_scorer<T, Backend, Out>::heads_backprop_type>
+biaffine_scorer<T, Backend, Out>::forward_heads(const Items& X, const Heads& H, mode m)
 {
-    score_list<T> Y;
+    score_list<Out> Y;
     Y.reserve(X.size());
-    for (std::size_t k = 0; k < X.size(); ++k) Y.push_back(score_tensor<T>::from_shape(heads_shape(X[k].rows)));
+    for (std::size_t k = 0; k < X.size(); ++k) Y.push_back(score_tensor<Out>::from_shape(heads_shape(X[k].rows)));
     heads_backprop_type bp = forward_into<detail::labels_at_heads_kind>(
         X, H, m, [&](std::size_t k, std::size_t n) { return detail::dense_rows(Y[k].data(), n, cfg_.labels); });
     return {std::move(Y), std::move(bp)};
 }
 
-template <class T, class Backend>
+template <class T, class Backend, class Out>
 template <class X3, class Lengths, class Heads2>
-score_array<T> biaffine_scorer<T, Backend>::predict_heads_padded(const X3& x, const Lengths& lengths, const Heads2& heads) const
+score_array<Out> biaffine_scorer<T, Backend, Out>::predict_heads_padded(const X3& x, const Lengths& lengths, const Heads2& heads) const
 {
     const auto views = padded_views(x, lengths);
     tracked_vector<std::int64_t> flat;
@@ -78,10 +78,10 @@ score_array<T> biaffine_scorer<T, Backend>::predict_heads_padded(const X3& x, co
     return predict_padded_kind<detail::labels_at_heads_kind>(views, lists, x.shape()[1]);
 }
 
-template <class T, class Backend>
+template <class T, class Backend, class Out>
 template <class X3, class Lengths, class Heads2>
-std::pair<score_array<T>, typename biaffine_scorer<T, Backend>::padded_backprop_type>
-biaffine_scorer<T, Backend>::forward_heads_padded(const X3& x, const Lengths& lengths, const Heads2& heads, mode m)
+std::pair<score_array<Out>, typename biaffine_scorer<T, Backend, Out>::padded_backprop_type>
+biaffine_scorer<T, Backend, Out>::forward_heads_padded(const X3& x, const Lengths& lengths, const Heads2& heads, mode m)
 {
     const auto views = padded_views(x, lengths);
     tracked_vector<std::int64_t> flat;
@@ -91,14 +91,14 @@ biaffine_scorer<T, Backend>::forward_heads_padded(const X3& x, const Lengths& le
 
 // ------------------------------------------------------------------ costs
 
-template <class T, class Backend>
-batch_cost biaffine_scorer<T, Backend>::heads_cost(std::size_t count, std::size_t max_len, mode m) const
+template <class T, class Backend, class Out>
+batch_cost biaffine_scorer<T, Backend, Out>::heads_cost(std::size_t count, std::size_t max_len, mode m) const
 {
     return kind_cost<detail::labels_at_heads_kind>(count, max_len, m);
 }
 
-template <class T, class Backend>
-batch_cost biaffine_scorer<T, Backend>::padded_heads_cost(std::size_t count, std::size_t max_len, mode m) const
+template <class T, class Backend, class Out>
+batch_cost biaffine_scorer<T, Backend, Out>::padded_heads_cost(std::size_t count, std::size_t max_len, mode m) const
 {
     // The padded heads are copied flat (int64) and listed per sequence.
     batch_cost c = heads_cost(count, max_len, m);
@@ -120,9 +120,9 @@ batch_cost biaffine_scorer<T, Backend>::padded_heads_cost(std::size_t count, std
 
 // Checks H against X and writes, for every packed row, the packed row of its
 // head (off must hold the split offsets); returns the total rows.
-template <class T, class Backend>
+template <class T, class Backend, class Out>
 template <class Items, class Heads>
-std::size_t biaffine_scorer<T, Backend>::fill_head_rows(const Items& X, const Heads& H, std::size_t* off,
+std::size_t biaffine_scorer<T, Backend, Out>::fill_head_rows(const Items& X, const Heads& H, std::size_t* off,
                                                std::size_t* rows) const
 {
     const std::size_t count = X.size();
@@ -136,9 +136,9 @@ std::size_t biaffine_scorer<T, Backend>::fill_head_rows(const Items& X, const He
 
 // Per-sequence head lists of a padded `heads [b, L]` (integers; read through
 // xtensor's indexing, any layout), copied into `flat` as int64.
-template <class T, class Backend>
+template <class T, class Backend, class Out>
 template <class X3, class Lengths, class Heads2>
-tracked_vector<span<const std::int64_t>> biaffine_scorer<T, Backend>::padded_head_lists(const X3& x, const Lengths& lengths,
+tracked_vector<span<const std::int64_t>> biaffine_scorer<T, Backend, Out>::padded_head_lists(const X3& x, const Lengths& lengths,
                                                                                const Heads2& heads,
                                                                                tracked_vector<std::int64_t>& flat) const
 {

@@ -268,13 +268,19 @@ public:
     /// into y_tmp where kept(k) is null) to dV [N, hv] (every row written)
     /// and dT [N, o * hv] (full scores: each split's rows written; labels at
     /// heads: zeroed, then accumulated at the heads). ds: one split's dense
-    /// output, scratch (softmax only).
+    /// output, scratch (softmax only). dY of another scalar than T (the
+    /// scorer's output type) is converted one split at a time into scratch
+    /// carved here (one split of T).
     template <class Kind, class Grad, class Kept>
     void outputs_backward(const std::size_t* off, std::size_t count, const std::size_t* head_rows, const T* v,
                           const T* t, span<const Grad> dY, bool softmax, Kept&& kept, T* y_tmp, T* ds, T* dv,
                           T* dt, T* packed) const
     {
         const std::size_t o = d_.labels, hv = d_.hv(), N = off[count];
+        constexpr bool convert = !std::is_same<std::remove_const_t<std::remove_pointer_t<decltype(Grad::data)>>, T>::value;
+        scratch<T> converted(convert ? packed_count_of("split gradient", Kind::elements(max_split_rows(off, count), o,
+                                                                                          "split gradient"), 1)
+                                     : 0);
         // Several dependents may share a head: dT accumulates.
         if (Kind::heads && N != 0) row_block(dt, N, o * hv).setZero();
         for (std::size_t k = 0; k < count; ++k) {
@@ -290,7 +296,14 @@ public:
                 prefetch_ahead(k, count,
                                [&](std::size_t j) { prefetch_split(off, j, v, t, dY[j], softmax ? kept(j) : nullptr); });
             }
-            typename Kind::template view<const T> g = dY[k];
+            typename Kind::template view<const T> g;
+            if constexpr (convert) {
+                const auto c = Kind::dense(converted.data(), n, o);
+                Kind::convert(c, dY[k]);
+                g = Kind::read_only(c);
+            } else {
+                g = dY[k];
+            }
             const auto va = const_row_block(v + off[k] * hv, n, hv);
             if (softmax) {
                 const T* keep = kept(k);
@@ -347,10 +360,11 @@ private:
     // score gradient g: the first 16 KiB of each, so that with many labels
     // (T's rows of a 100-token split at 50 labels: 2.6 MB) the prefetches do
     // not push the current split's operands out of L2.
-    void prefetch_split(const std::size_t* off, std::size_t k, const T* v, const T* t, const score_view<const T>& g,
+    template <class G>
+    void prefetch_split(const std::size_t* off, std::size_t k, const T* v, const T* t, const score_view<const G>& g,
                         const T* kept) const
     {
-        constexpr std::size_t most = (16 << 10) / sizeof(T);
+        constexpr std::size_t most = (16 << 10) / sizeof(T);  // T's count for g too: a bound, not a size
         const std::size_t n = off[k + 1] - off[k], o = d_.labels, hv = d_.hv();
         prefetch_rows(v + off[k] * hv, std::min(most, n * hv));
         prefetch_rows(t + off[k] * o * hv, std::min(most, n * o * hv));
