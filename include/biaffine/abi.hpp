@@ -57,7 +57,7 @@
 /// its templates) branches on, plus "bf16" where __AVX512BF16__ is defined
 /// and "amxbf16" where AMX-TILE and AMX-BF16 are too (the bf16 products then
 /// run on amx_bf16_gemm.hpp).
-#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && BIAFFINE_DETAIL_AMX_TARGET
 #define BIAFFINE_ABI_ISA amxbf16
 #elif defined(__AVX512F__) && defined(__AVX512BF16__)
 #define BIAFFINE_ABI_ISA avx512bf16

@@ -125,6 +125,15 @@
 #endif
 #endif
 
+// Whether the compiler targets AMX-TILE and AMX-BF16: GCC spells the macros
+// __AMX_TILE__ / __AMX_BF16__, Clang (14) __AMXTILE__ / __AMXBF16__. Not a
+// switch: read by abi.hpp and detail/compute/amx_bf16_gemm.hpp.
+#if (defined(__AMX_TILE__) || defined(__AMXTILE__)) && (defined(__AMX_BF16__) || defined(__AMXBF16__))
+#define BIAFFINE_DETAIL_AMX_TARGET 1
+#else
+#define BIAFFINE_DETAIL_AMX_TARGET 0
+#endif
+
 // -------------------------------------------------- per-backend tuned numbers
 // Each backend's tuned numbers live beside it, in detail/compute/; all are
 // included here, so that defining one before any biaffine header (or with -D)

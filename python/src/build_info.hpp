@@ -48,10 +48,10 @@ inline py::list compiled_isa()
 #if defined(__AVX512BF16__)
     l.append("avx512_bf16");
 #endif
-#if defined(__AMX_TILE__)
+#if defined(__AMX_TILE__) || defined(__AMXTILE__)  // GCC's spelling, Clang's
     l.append("amx_tile");
 #endif
-#if defined(__AMX_BF16__)
+#if defined(__AMX_BF16__) || defined(__AMXBF16__)
     l.append("amx_bf16");
 #endif
     return l;

@@ -28,7 +28,7 @@
 #include "biaffine/abi.hpp"
 #include "biaffine/detail/compute/avx512_bf16_gemm.hpp"
 
-#if BIAFFINE_DETAIL_BF16_GEMM && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
+#if BIAFFINE_DETAIL_BF16_GEMM && BIAFFINE_DETAIL_AMX_TARGET && defined(__linux__)
 #define BIAFFINE_DETAIL_AMX_BF16 1
 
 #include <algorithm>
