@@ -4,6 +4,7 @@
 //   bench_memory                                   # the default table
 //   bench_memory --tokens 1k,10k --labels 1 --json  # JSON lines on stdout
 //   bench_memory --svg peak.svg --csv runs.csv --md table.md
+//   bench_memory --precision fp32,bf16             # both precisions, same run
 //
 // Modes (all on the same standard workload, bench/workload.hpp):
 //   naive      the "before": every split of the document padded to the
@@ -21,6 +22,10 @@
 //              token (the previous token): `[n, o]` per split instead of
 //              `[n, n, o]`, batched by the scorer's heads_cost. Compare with
 //              `--modes batched,heads --labels 50`.
+// --precision bf16 runs each configuration with compute_precision::bf16 and
+// biaffine::bfloat16 outputs (biaffine_scorer<float, B, bfloat16>): scores,
+// streamed blocks and score gradients in 2 bytes; training computes in fp32
+// (bf16 training is not built) with its outputs and their gradients in bf16.
 // Every mode decodes heads (argmax over each score row) inside the timed
 // region, so the streaming sink's work is not a handicap and no mode's
 // output can be optimised away.
@@ -42,6 +47,7 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -64,6 +70,7 @@ namespace {
 /// --md are bb::common_flags.
 struct options : bb::common_flags {
     std::vector<std::string> modes{"naive", "batched", "streaming"};
+    std::vector<std::string> precisions{"fp32"};
     bool recompute = false;  // scorer_config::recompute_in_backward
     bool logits = false;     // scorer_config::train_outputs = logits
     bool one = false;
@@ -77,7 +84,7 @@ struct options : bb::common_flags {
     }
     void add_flags(bb::flag_table& t)
     {
-        t.add("--modes", modes).add("--recompute", recompute).add("--logits", logits).add("--one", one).add("--dry-run", dry_run).add("--replot", replot);
+        t.add("--modes", modes).add("--precision", precisions).add("--recompute", recompute).add("--logits", logits).add("--one", one).add("--dry-run", dry_run).add("--replot", replot);
         t.add("--csv", csv).add("--svg", svg);
     }
 };
@@ -92,6 +99,10 @@ Usage: bench_memory [flags]
   --labels LIST      label counts o (default 1,50)
   --modes LIST       naive,batched,streaming (default), heads (labels at given
                      heads, [n, o] per split; compare with batched)
+  --precision LIST   fp32 (default), bf16: compute_precision::bf16 with bfloat16
+                     outputs (half the output bytes; training computes fp32
+                     and keeps bf16 outputs and gradients); fp32,bf16 runs both
+                     and adds a fp32 / bf16 table
   --budget-mb X      byte budget of the batched/streaming layers in MiB (default 16)
   --threads N        passed to the library's thread option when it has one
                      (otherwise the run is single-threaded and says so)
@@ -125,6 +136,16 @@ options parse(int argc, char** argv)
             std::exit(2);
         }
     }
+    for (const auto& p : o.precisions) {
+        if (p != "fp32" && p != "bf16") {
+            std::cerr << "bench_memory: unknown precision '" << p << "' (fp32, bf16)\n";
+            std::exit(2);
+        }
+    }
+    if (o.precisions.empty()) {
+        std::cerr << "bench_memory: --precision needs fp32 and/or bf16\n";
+        std::exit(2);
+    }
     if (o.threads < 1 || o.budget_mb <= 0 || o.tokens.empty() || o.labels.empty()) {
         std::cerr << "bench_memory: --threads, --budget-mb, --tokens and --labels must be positive\n";
         std::exit(2);
@@ -152,25 +173,28 @@ struct prediction {
 };
 
 /// The scorer of a configuration: the workload's, with --recompute / --logits.
-biaffine::scorer_config config_for(const options& o, std::size_t labels)
+biaffine::scorer_config config_for(const options& o, std::size_t labels, const std::string& precision)
 {
     biaffine::scorer_config c = bb::scorer_config_for(labels);
+    if (precision == "bf16") c.precision = biaffine::compute_precision::bf16;
     c.recompute_in_backward = o.recompute;
     if (o.logits) c.train_outputs = biaffine::train_output::logits;
     return c;
 }
 
-prediction predict(const options& opt, const std::string& m, std::size_t tokens, std::size_t labels)
+prediction predict(const options& opt, const std::string& m, std::size_t tokens, std::size_t labels,
+                   const std::string& precision)
 {
     const bool train = opt.train;
     const std::uint64_t budget = budget_bytes(opt);
     const bb::workload w = bb::make_workload(tokens, labels, /*with_doc=*/false);
-    biaffine::biaffine_scorer<float> s(config_for(opt, labels));
+    biaffine::biaffine_scorer<float> s(config_for(opt, labels, precision));
     const double f = sizeof(float);
+    const double fo = precision == "bf16" ? 2.0 : f;  // output scalar
     const double b = static_cast<double>(w.splits.size()), L = static_cast<double>(w.max_len());
     const double N = static_cast<double>(tokens), o = static_cast<double>(labels);
     const double n_in = 256, hu = static_cast<double>(s.hu()), hv = static_cast<double>(s.hv());
-    const double outputs = static_cast<double>(w.sum_sq()) * o * f;
+    const double outputs = static_cast<double>(w.sum_sq()) * o * fo;
     prediction p;
     p.input_bytes = N * n_in * f;
     if (m == "naive") {
@@ -178,7 +202,7 @@ prediction predict(const options& opt, const std::string& m, std::size_t tokens,
         // the true rows (its padded path skips padding). The scorer's own
         // padded_cost() is an upper bound that counts padded rows; this is
         // closer to what the run allocates.
-        const double pad = b * L * n_in * f, y = b * L * L * o * f;
+        const double pad = b * L * n_in * f, y = b * L * L * o * fo;
         const double packed = N * (n_in + hu + hv + o * hv) * f;
         p.run_bytes = pad + y + packed;
         if (train) p.run_bytes += outputs + packed + pad;  // saved softmax, backward buffers, padded dx
@@ -191,7 +215,7 @@ prediction predict(const options& opt, const std::string& m, std::size_t tokens,
             if (!opt.recompute) p.run_bytes += (opt.logits ? 0.0 : outputs) + N * (hu + hv + o * hv) * f;
         }
     } else if (m == "heads") {
-        const double labels_out = N * o * f;
+        const double labels_out = N * o * fo;
         p.run_bytes = labels_out + static_cast<double>(budget);
         if (train) p.run_bytes += labels_out + N * (hu + hv + o * hv) * f + N * n_in * f;
     } else {
@@ -220,18 +244,26 @@ std::uint64_t decode_heads(const View& s)
     std::uint64_t sum = 0;
     const std::size_t width = s.n * s.labels;
     for (std::size_t m = 0; m < s.n; ++m) {
-        const float* row = s.data + static_cast<std::ptrdiff_t>(m) * s.row_stride;
+        const auto* row = s.data + static_cast<std::ptrdiff_t>(m) * s.row_stride;
         std::size_t best = 0;
-        float bv = row[0];
+        float bv = static_cast<float>(row[0]);
         for (std::size_t i = 1; i < width; ++i) {
-            if (row[i] > bv) {
-                bv = row[i];
+            const float x = static_cast<float>(row[i]);  // exact for bfloat16
+            if (x > bv) {
+                bv = x;
                 best = i;
             }
         }
         sum += best / s.labels;
     }
     return sum;
+}
+
+/// x - 1 in x's type (float or bfloat16).
+template <class O>
+O minus_one(O x)
+{
+    return static_cast<O>(static_cast<float>(x) - 1.0f);
 }
 
 /// In place: scores -> a cross-entropy-like gradient (minus one at a "gold"
@@ -241,7 +273,8 @@ void make_gradient(const View& s)
 {
     for (std::size_t m = 0; m < s.n; ++m) {
         const std::size_t gold = bb::gold_head(m);
-        s.data[static_cast<std::ptrdiff_t>(m) * s.row_stride + static_cast<std::ptrdiff_t>(gold * s.labels)] -= 1.0f;
+        auto& x = s.data[static_cast<std::ptrdiff_t>(m) * s.row_stride + static_cast<std::ptrdiff_t>(gold * s.labels)];
+        x = minus_one(x);
     }
 }
 
@@ -253,9 +286,13 @@ struct measured {
     std::uint64_t batches = 0, oversize = 0;
 };
 
-int run_one(const options& o)
+/// One configuration with outputs (and score gradients) in Out.
+template <class Out>
+int run_one_as(const options& o)
 {
+    using scorer_t = biaffine::scorer_with_output<float, Out>;
     const std::string m = o.modes.at(0);
+    const std::string precision = o.precisions.at(0);
     const std::size_t tokens = o.tokens.at(0), labels = o.labels.at(0);
     const std::uint64_t budget = budget_bytes(o);
     if (m == "streaming" && o.train) {
@@ -264,7 +301,7 @@ int run_one(const options& o)
     }
 
     bb::workload w = bb::make_workload(tokens, labels);
-    biaffine::biaffine_scorer<float> scorer(config_for(o, labels));
+    scorer_t scorer(config_for(o, labels, precision));
     const bb::dims d = w.d;
     const std::size_t n_in = d.n_in, n_splits = w.splits.size(), L = w.max_len();
     // Inputs in the shape the pipeline takes, built before measuring (moves, no copies).
@@ -310,28 +347,28 @@ int run_one(const options& o)
                 std::copy(src + off[k] * n_in, src + (off[k] + n) * n_in, dst);
                 std::fill(dst + n * n_in, dst + L * n_in, 0.0f);
             }
-            auto view = [&](biaffine::score_array<float>& y, std::size_t k) {
-                return biaffine::score_view<float>{y.data() + k * L * L * labels,
+            auto view = [&](biaffine::score_array<Out>& y, std::size_t k) {
+                return biaffine::score_view<Out>{y.data() + k * L * L * labels,
                                                    static_cast<std::size_t>(w.splits[k]), labels,
                                                    static_cast<std::ptrdiff_t>(L * labels)};
             };
             if (!o.train) {
-                biaffine::score_array<float> y = scorer.predict_padded(x, w.splits);
+                biaffine::score_array<Out> y = scorer.predict_padded(x, w.splits);
                 for (std::size_t k = 0; k < n_splits; ++k) r.checksum += decode_heads(view(y, k));
                 t1 = bb::now_seconds();
-                r.outputs = y.size() * sizeof(float);
+                r.outputs = y.size() * sizeof(Out);
             } else {
                 auto fw = scorer.forward_padded(x, w.splits, mode::train);
-                biaffine::score_array<float>& y = fw.first;
+                biaffine::score_array<Out>& y = fw.first;
                 for (std::size_t k = 0; k < n_splits; ++k) make_gradient(view(y, k));
                 biaffine::tensor<float, 3> dx = fw.second(y);
                 r.checksum = static_cast<std::uint64_t>(std::abs(dx(0, 0, 0)) * 1e6);
                 t1 = bb::now_seconds();
-                r.outputs = y.size() * sizeof(float);
+                r.outputs = y.size() * sizeof(Out);
             }
         } else if (m == "batched") {
             if (!o.train) {
-                biaffine::score_list<float> Y = model.predict(docs, lens);
+                biaffine::score_list<Out> Y = model.predict(docs, lens);
                 for (const auto& y : Y) r.checksum += decode_heads(biaffine::as_score_view(y));
                 t1 = bb::now_seconds();
                 r.outputs = biaffine::tracker().stats().output_bytes - out_start;
@@ -339,43 +376,44 @@ int run_one(const options& o)
                 auto fw = model.forward(docs, lens, mode::train);
                 for (auto& y : fw.first) {
                     const auto v = biaffine::as_score_view(y);
-                    make_gradient(biaffine::score_view<float>{y.data(), v.n, v.labels, v.row_stride});
+                    make_gradient(biaffine::score_view<Out>{y.data(), v.n, v.labels, v.row_stride});
                 }
                 r.outputs = biaffine::tracker().stats().output_bytes - out_start;
                 auto views = decltype(model)::grad_views(fw.first);
-                auto dX = fw.second(biaffine::span<const biaffine::score_view<const float>>(views.data(), views.size()));
+                auto dX = fw.second(biaffine::span<const biaffine::score_view<const Out>>(views.data(), views.size()));
                 r.checksum = static_cast<std::uint64_t>(std::abs(dX[0](0, 0)) * 1e6);
                 t1 = bb::now_seconds();
             }
         } else if (m == "heads") {
             // The best label per token: argmax over each [o] row.
-            auto best_labels = [&](const biaffine::score_list<float>& Y) {
+            auto best_labels = [&](const biaffine::score_list<Out>& Y) {
                 for (const auto& y : Y) {
                     const std::size_t n = y.shape()[0];
                     for (std::size_t t = 0; t < n; ++t) {
-                        const float* row = y.data() + t * labels;
-                        r.checksum += static_cast<std::uint64_t>(std::max_element(row, row + labels) - row);
+                        const Out* row = y.data() + t * labels;
+                        const auto less = [](Out a, Out b) { return static_cast<float>(a) < static_cast<float>(b); };
+                        r.checksum += static_cast<std::uint64_t>(std::max_element(row, row + labels, less) - row);
                     }
                 }
             };
             if (!o.train) {
-                biaffine::score_list<float> Y = model.predict_heads(docs, lens, heads);
+                biaffine::score_list<Out> Y = model.predict_heads(docs, lens, heads);
                 best_labels(Y);
                 t1 = bb::now_seconds();
                 r.outputs = biaffine::tracker().stats().output_bytes - out_start;
             } else {
                 auto fw = model.forward_heads(docs, lens, heads, mode::train);
                 for (auto& y : fw.first) {
-                    for (std::size_t t = 0; t < y.shape()[0]; ++t) y.data()[t * labels] -= 1.0f;
+                    for (std::size_t t = 0; t < y.shape()[0]; ++t) y.data()[t * labels] = minus_one(y.data()[t * labels]);
                 }
                 r.outputs = biaffine::tracker().stats().output_bytes - out_start;
                 auto views = decltype(model)::head_grad_views(fw.first);
-                auto dX = fw.second(biaffine::span<const biaffine::seq_view<const float>>(views.data(), views.size()));
+                auto dX = fw.second(biaffine::span<const biaffine::seq_view<const Out>>(views.data(), views.size()));
                 r.checksum = static_cast<std::uint64_t>(std::abs(dX[0](0, 0)) * 1e6);
                 t1 = bb::now_seconds();
             }
         } else {
-            model.predict_stream(docs, lens, [&](std::size_t, std::size_t, biaffine::score_view<const float> s) {
+            model.predict_stream(docs, lens, [&](std::size_t, std::size_t, biaffine::score_view<const Out> s) {
                 r.checksum += decode_heads(s);
             });
             t1 = bb::now_seconds();
@@ -393,12 +431,17 @@ int run_one(const options& o)
     r.oversize = model.inner().oversize_count();
     const std::uint64_t max_rss = bb::max_rss_bytes();
 
+    const std::uint64_t score_cells = m == "naive"  ? static_cast<std::uint64_t>(n_splits) * L * L * labels
+                                      : m == "heads" ? static_cast<std::uint64_t>(tokens) * labels
+                                                     : w.sum_sq() * labels;
     const double gflop = (m == "heads" ? heads_flops(d, static_cast<double>(tokens), o.train)
                                        : bb::true_flops(d, w.splits, o.train)) / 1e9;
     const double gflop_padded = bb::padded_flops(d, n_splits, L, o.train) / 1e9;
-    const prediction p = predict(o, m, tokens, labels);
+    const prediction p = predict(o, m, tokens, labels, precision);
     bb::json_line j;
     j.add("mode", m)
+        .add("precision", precision)
+        .add("output_scalar_bytes", static_cast<std::uint64_t>(sizeof(Out)))
         .add("tokens", static_cast<std::uint64_t>(tokens))
         .add("labels", static_cast<std::uint64_t>(labels))
         .add("threads", threads)
@@ -413,6 +456,11 @@ int run_one(const options& o)
         .add("peak_bytes", r.peak)
         .add("work_peak_bytes", r.work_peak)
         .add("output_bytes", r.outputs)
+        // The scores themselves (elements x sizeof(Out): kept outputs, none
+        // when streaming) and the largest one split's block a caller or sink
+        // receives, apart from the tracker's containers.
+        .add("score_bytes", m == "streaming" ? std::uint64_t(0) : score_cells * sizeof(Out))
+        .add("block_bytes", static_cast<std::uint64_t>(L) * (m == "heads" ? 1 : L) * labels * sizeof(Out))
         .add("heap_peak_bytes", r.heap_peak)
         .add("heap_allocs", r.heap_allocs)
         .add("tracker_allocs", r.tracker_allocs)
@@ -425,7 +473,7 @@ int run_one(const options& o)
         // per-split gradient views the caller hands it (naive has no bound).
         .add("bound_bytes", r.outputs + budget +
                                 (o.train ? static_cast<std::uint64_t>(tokens * n_in * sizeof(float) +
-                                                                      n_splits * sizeof(biaffine::score_view<const float>))
+                                                                      n_splits * sizeof(biaffine::score_view<const Out>))
                                          : 0))
         .add("predicted_bytes", p.run_bytes)
         .add("seconds", r.seconds)
@@ -441,10 +489,16 @@ int run_one(const options& o)
     return 0;
 }
 
+int run_one(const options& o)
+{
+    return o.precisions.at(0) == "bf16" ? run_one_as<biaffine::bfloat16>(o) : run_one_as<float>(o);
+}
+
 // ---------------------------------------------------------------- driver
 
 struct row {
     std::string mode;
+    std::string precision = "fp32";
     std::uint64_t tokens = 0, labels = 0;
     std::string line;    // the JSON line
     bool skipped = false;
@@ -524,7 +578,8 @@ std::string tables(const options& o, const std::vector<row>& rows, int threads_e
     s << "| configuration | peak MiB | outputs MiB | heap peak MiB | max RSS MiB (growth) | time s (CPU s) | GFLOP/s |\n"
       << "|---|---:|---:|---:|---:|---:|---:|\n";
     for (const row& r : rows) {
-        s << "| " << tokens_label(r.tokens) << " tokens, o=" << r.labels << ", " << r.mode << " | ";
+        s << "| " << tokens_label(r.tokens) << " tokens, o=" << r.labels << ", " << r.mode
+          << (r.precision == "fp32" ? "" : ", " + r.precision) << " | ";
         if (r.skipped) {
             s << r.reason << " | | | | | |\n";
             continue;
@@ -536,12 +591,15 @@ std::string tables(const options& o, const std::vector<row>& rows, int threads_e
           << fmt("%.1f", r.num("gflops")) << " |\n";
     }
     // Ratios per (tokens, labels).
-    auto find = [&](std::uint64_t t, std::uint64_t l, const std::string& m) -> const row* {
+    // The ratio tables below compare modes within the first precision run.
+    const std::string first_precision = rows.empty() ? std::string("fp32") : rows.front().precision;
+    auto find_as = [&](std::uint64_t t, std::uint64_t l, const std::string& m, const std::string& p) -> const row* {
         for (const row& r : rows) {
-            if (r.tokens == t && r.labels == l && r.mode == m && !r.skipped) return &r;
+            if (r.tokens == t && r.labels == l && r.mode == m && r.precision == p && !r.skipped) return &r;
         }
         return nullptr;
     };
+    auto find = [&](std::uint64_t t, std::uint64_t l, const std::string& m) { return find_as(t, l, m, first_precision); };
     std::ostringstream rs;
     bool any = false;
     rs << "\n| configuration | peak naive / batched | peak naive / streaming | time naive / batched | "
@@ -581,13 +639,31 @@ std::string tables(const options& o, const std::vector<row>& rows, int threads_e
            << ratio("output_bytes") << " | " << ratio("seconds") << " |\n";
     }
     if (any_heads) s << hs.str();
+    // fp32 against bf16 (outputs as biaffine::bfloat16), per configuration.
+    std::ostringstream ps;
+    bool any_precision = false;
+    ps << "\n| configuration | scores fp32 / bf16 | largest block fp32 / bf16 | tracked outputs fp32 / bf16 | "
+          "peak fp32 / bf16 | time fp32 / bf16 |\n|---|---:|---:|---:|---:|---:|\n";
+    std::set<std::tuple<std::uint64_t, std::uint64_t, std::string>> seen_modes;
+    for (const row& r0 : rows) {
+        if (!seen_modes.insert(std::make_tuple(r0.tokens, r0.labels, r0.mode)).second) continue;
+        const row* a = find_as(r0.tokens, r0.labels, r0.mode, "fp32");
+        const row* b = find_as(r0.tokens, r0.labels, r0.mode, "bf16");
+        if (a == nullptr || b == nullptr) continue;
+        any_precision = true;
+        auto ratio = [&](const char* k) -> std::string { return b->num(k) > 0 ? fmt("%.2fx", a->num(k) / b->num(k)) : "-"; };
+        ps << "| " << tokens_label(r0.tokens) << " tokens, o=" << r0.labels << ", " << r0.mode << " | "
+           << ratio("score_bytes") << " | " << ratio("block_bytes") << " | " << ratio("output_bytes") << " | "
+           << ratio("peak_bytes") << " | " << ratio("seconds") << " |\n";
+    }
+    if (any_precision) s << ps.str();
     return s.str();
 }
 
 void write_csv(const std::string& path, const std::vector<row>& rows)
 {
-    static const char* keys[] = {"mode", "tokens", "labels", "threads", "train", "recompute", "logits", "budget_bytes", "splits",
-                                 "max_len", "peak_bytes", "work_peak_bytes", "output_bytes", "heap_peak_bytes",
+    static const char* keys[] = {"mode", "precision", "tokens", "labels", "threads", "train", "recompute", "logits", "budget_bytes", "splits",
+                                 "max_len", "peak_bytes", "work_peak_bytes", "output_bytes", "score_bytes", "block_bytes", "heap_peak_bytes",
                                  "max_rss_bytes", "rss_growth_bytes", "predicted_bytes", "seconds", "cpu_seconds", "gflop",
                                  "gflop_padded", "gflops", "batches", "oversize", "skipped", "reason"};
     std::ofstream f(path);
@@ -659,18 +735,21 @@ void write_svg(const std::string& path, const options& o, const std::vector<row>
       << "\" text-anchor=\"end\" fill=\"#666\" font-size=\"11\">budget " << bmib << " MiB</text>\n";
     const std::map<std::string, std::string> colour{{"naive", "#d62728"}, {"batched", "#1f77b4"},
                                                     {"streaming", "#2ca02c"}};
-    std::vector<std::pair<std::string, std::uint64_t>> series;
+    std::vector<std::tuple<std::string, std::uint64_t, std::string>> series;
     for (const row& r : rows) {
-        const auto k = std::make_pair(r.mode, r.labels);
+        const auto k = std::make_tuple(r.mode, r.labels, r.precision);
         if (std::find(series.begin(), series.end(), k) == series.end()) series.push_back(k);
     }
     double ly = mt + 10;
-    for (const auto& [mname, lab] : series) {
+    for (const auto& [mname, lab, prec] : series) {
         const std::string c = colour.count(mname) ? colour.at(mname) : "#000";
-        const std::string dash = lab == 1 ? "" : " stroke-dasharray=\"6,4\"";
+        const std::string dash = lab == 1 ? (prec == "fp32" ? "" : " stroke-dasharray=\"2,2\"")
+                                          : (prec == "fp32" ? " stroke-dasharray=\"6,4\"" : " stroke-dasharray=\"6,2,2,2\"");
         std::vector<const row*> pts;
         for (const row& r : rows) {
-            if (r.mode == mname && r.labels == lab && !(r.skipped && r.predicted <= 0)) pts.push_back(&r);
+            if (r.mode == mname && r.labels == lab && r.precision == prec && !(r.skipped && r.predicted <= 0)) {
+                pts.push_back(&r);
+            }
         }
         std::sort(pts.begin(), pts.end(), [](const row* a, const row* b) { return a->tokens < b->tokens; });
         std::string poly;
@@ -684,7 +763,7 @@ void write_svg(const std::string& path, const options& o, const std::vector<row>
         const double lx = ml + pw + 14;
         f << "<line x1=\"" << lx << "\" y1=\"" << ly << "\" x2=\"" << lx + 26 << "\" y2=\"" << ly << "\" stroke=\"" << c
           << "\" stroke-width=\"2\"" << dash << "/>\n<text x=\"" << lx + 32 << "\" y=\"" << ly + 4 << "\">" << mname
-          << ", o=" << lab << "</text>\n";
+          << ", o=" << lab << (prec == "fp32" ? "" : ", " + prec) << "</text>\n";
         ly += 20;
     }
     f << "<circle cx=\"" << ml + pw + 27 << "\" cy=\"" << ly << "\" r=\"4\" fill=\"white\" stroke=\"#555\"/>\n<text x=\""
@@ -706,6 +785,7 @@ int replot(options o)
         row r;
         r.line = line;
         r.mode = bb::json_get(line, "mode").value_or("");
+        r.precision = bb::json_get(line, "precision").value_or("fp32");
         r.tokens = static_cast<std::uint64_t>(bb::json_num(line, "tokens"));
         r.labels = static_cast<std::uint64_t>(bb::json_num(line, "labels"));
         r.skipped = bb::json_get(line, "skipped").value_or("false") == "true";
@@ -736,12 +816,14 @@ int drive(const options& o, const char* argv0)
     for (auto t : o.tokens) {
         for (auto l : o.labels) {
             for (const auto& m : o.modes) {
+              for (const auto& prec : o.precisions) {
                 row r;
                 r.mode = m;
+                r.precision = prec;
                 r.tokens = t;
                 r.labels = l;
                 bb::json_line skip;
-                skip.add("mode", m).add("tokens", t).add("labels", l).add("threads", threads_effective)
+                skip.add("mode", m).add("precision", prec).add("tokens", t).add("labels", l).add("threads", threads_effective)
                     .add("train", o.train).add("budget_bytes", budget);
                 auto skipped = [&](const std::string& why, double predicted) {
                     r.skipped = true;
@@ -752,7 +834,7 @@ int drive(const options& o, const char* argv0)
                         .add("reason", why);
                     r.line = skip.str();
                 };
-                const prediction p = predict(o, m, t, l);
+                const prediction p = predict(o, m, t, l, prec);
                 if (m == "streaming" && o.train) {
                     skipped("n/a (no training stream)", 0);
                 } else if (o.dry_run) {
@@ -763,11 +845,12 @@ int drive(const options& o, const char* argv0)
                     skipped(bb::over_max_gb(p.total(), o.max_gb), p.run_bytes);
                 } else {
                     std::cerr << "bench_memory: " << m << ", " << t << " tokens, o=" << l
-                              << (o.train ? ", train" : "") << " (predicted " << bb::human_bytes(p.total())
+                              << (prec == "fp32" ? "" : ", " + prec) << (o.train ? ", train" : "") << " (predicted " << bb::human_bytes(p.total())
                               << ") ..." << std::flush;
                     std::vector<std::string> args{"bench_memory", "--one", "--modes", m, "--tokens",
                                                   std::to_string(t), "--labels", std::to_string(l), "--budget-mb",
-                                                  fmt("%.17g", o.budget_mb), "--threads", std::to_string(o.threads)};
+                                                  fmt("%.17g", o.budget_mb), "--threads", std::to_string(o.threads),
+                                                  "--precision", prec};
                     if (o.train) args.push_back("--train");
                     if (o.recompute) args.push_back("--recompute");
                     if (o.logits) args.push_back("--logits");
@@ -791,6 +874,7 @@ int drive(const options& o, const char* argv0)
                 }
                 if (o.json) std::cout << r.line << std::endl;
                 rows.push_back(r);
+              }
             }
         }
     }

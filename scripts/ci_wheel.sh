@@ -25,7 +25,9 @@ wheel=$(ls "$w"/dist/biaffine-*.whl)
 echo "ci_wheel: built $wheel ($(du -k "$wheel" | cut -f1) KiB)"
 
 $py -m venv "$w/run-venv"
-"$w/run-venv/bin/pip" install -q "$wheel" pytest thinc
+# ml_dtypes: output='bfloat16' returns its arrays (tests/python/test_bf16.py
+# checks the error without it on Debian's python3, the arrays with it here).
+"$w/run-venv/bin/pip" install -q "$wheel" pytest thinc ml_dtypes
 run() { (cd "$w" && "run-venv/bin/python" "$@"); }  # outside the source tree: the installed package only
 run -m biaffine
 variants=$(run -c "import biaffine; print(' '.join(biaffine.info()['variants_runnable']))")
@@ -34,7 +36,7 @@ for v in $variants; do
   echo "ci_wheel: tests on the installed wheel, BIAFFINE_ISA=$v, numpy $(run -c 'import numpy; print(numpy.__version__)')"
   (cd "$w" && BIAFFINE_ISA=$v BIAFFINE_TEST_DATA_DIR=$PWD/../tests/data run-venv/bin/python -m pytest -q -p no:cacheprovider "$tests")
 done
-# thinc 9.1 needs numpy 2; 9.0 runs on either.
-"$w/run-venv/bin/pip" install -q "numpy<2" "thinc<9.1"
+# thinc 9.1 needs numpy 2; 9.0 runs on either (ml_dtypes 0.6 and later too).
+"$w/run-venv/bin/pip" install -q "numpy<2" "thinc<9.1" "ml_dtypes<0.6"
 echo "ci_wheel: tests on the installed wheel, numpy $(run -c 'import numpy; print(numpy.__version__)')"
 (cd "$w" && BIAFFINE_TEST_DATA_DIR=$PWD/../tests/data run-venv/bin/python -m pytest -q -p no:cacheprovider "$tests")

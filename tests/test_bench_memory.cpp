@@ -147,6 +147,56 @@ TEST_CASE("bench_memory: configurations over the --max-gb cap are skipped and sa
     CHECK(num(r.json[0], "predicted_bytes") > 0.01 * 1024 * 1024 * 1024);
 }
 
+TEST_CASE("bench_memory --precision fp32,bf16: bf16 outputs and streamed blocks take half the bytes", "[bench][bf16]")
+{
+    for (const char* extra : {"", " --train"}) {
+        const std::string args = std::string("--tokens 3000 --labels 1,3 --modes naive,batched,streaming,heads "
+                                             "--precision fp32,bf16 --json") + extra;
+        const run_output r = run(args);
+        INFO(args << "\n" << r.all);
+        REQUIRE(r.status == 0);
+        // (naive, batched, streaming, heads) x (fp32, bf16) x 2 label counts.
+        REQUIRE(r.json.size() == 16);
+        std::map<std::string, std::string> by;  // "mode labels precision"
+        for (const auto& obj : r.json) {
+            by[raw(obj, "mode") + " " + raw(obj, "labels") + " " + raw(obj, "precision")] = obj;
+        }
+        for (const char* mode : {"naive", "batched", "streaming", "heads"}) {
+            for (const char* labels : {"1", "3"}) {
+                const std::string key = std::string(mode) + " " + labels + " ";
+                INFO(key);
+                REQUIRE(by.count(key + "fp32") == 1);
+                REQUIRE(by.count(key + "bf16") == 1);
+                const std::string& f = by[key + "fp32"];
+                const std::string& b = by[key + "bf16"];
+                if (raw(f, "skipped") == "true") {
+                    // Streaming has no training path, in either precision.
+                    CHECK(std::string(mode) == "streaming");
+                    CHECK(raw(b, "skipped") == "true");
+                    continue;
+                }
+                REQUIRE(raw(b, "skipped") == "false");
+                CHECK(num(f, "output_scalar_bytes") == 4);
+                CHECK(num(b, "output_scalar_bytes") == 2);
+                // Same splits, so the same cells at half the bytes each.
+                CHECK(num(f, "sum_sq_lengths") == num(b, "sum_sq_lengths"));
+                CHECK(num(f, "score_bytes") == 2 * num(b, "score_bytes"));
+                CHECK(num(f, "block_bytes") == 2 * num(b, "block_bytes"));
+                CHECK(num(b, "block_bytes") > 0);
+                if (std::string(mode) == "streaming") {
+                    CHECK(num(b, "output_bytes") == 0);
+                } else {
+                    CHECK(num(b, "score_bytes") > 0);
+                    // The tracker's outputs: the scores plus the list holding
+                    // them (the same in both), so bf16 saves exactly half the
+                    // score bytes.
+                    CHECK(num(f, "output_bytes") - num(b, "output_bytes") == num(b, "score_bytes"));
+                }
+            }
+        }
+    }
+}
+
 #else
 
 TEST_CASE("bench_memory smoke test (bench binaries not built)", "[bench]")

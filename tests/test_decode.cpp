@@ -999,3 +999,53 @@ TEST_CASE("labels_at_heads: the best label at each given head, against a direct 
     REQUIRE_THROWS_WITH(biaffine::labels_at_heads(v, std::vector<int>{0, 0}),
                         "labels_at_heads: score is NaN at token 1, label 2");
 }
+
+TEST_CASE("decoders and labels_at_heads on bfloat16 scores: the heads of the scores widened to float",
+          "[decode][bfloat16]")
+{
+    using biaffine::bfloat16;
+    std::mt19937 rng(23);
+    std::normal_distribution<float> nd(0.0f, 2.0f);
+    for (std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(2), std::size_t(7), std::size_t(40),
+                          std::size_t(131)}) {
+        INFO("n " << n);
+        // Padded rows (stride n + 3): only the first n of each are read.
+        const std::size_t stride = n + 3;
+        std::vector<bfloat16> b(n * stride, bfloat16(std::numeric_limits<float>::quiet_NaN()));
+        std::vector<float> f(n * n);
+        for (std::size_t m = 0; m < n; ++m) {
+            for (std::size_t l = 0; l < n; ++l) {
+                b[m * stride + l] = bfloat16(nd(rng));  // 8 significant bits: ties happen
+                f[m * n + l] = float(b[m * stride + l]);
+            }
+        }
+        CHECK(argmax_heads(b.data(), n, stride) == argmax_heads(f.data(), n, n));
+        CHECK(mst_heads(b.data(), n, stride) == mst_heads(f.data(), n, n));
+        CHECK(eisner_heads(b.data(), n, stride) == eisner_heads(f.data(), n, n));
+        const biaffine::score_view<const bfloat16> v{b.data(), n, 1, static_cast<std::ptrdiff_t>(stride)};
+        CHECK(mst_heads(v) == mst_heads(f.data(), n, n));
+        CHECK(is_tree(mst_heads(v)));
+    }
+    // Labels: [n, n, o] in bfloat16 against the widened floats.
+    const std::size_t n = 9, o = 5;
+    std::vector<bfloat16> lb(n * n * o);
+    std::vector<float> lf(n * n * o);
+    for (std::size_t i = 0; i < lb.size(); ++i) {
+        lb[i] = bfloat16(nd(rng));
+        lf[i] = float(lb[i]);
+    }
+    std::vector<std::size_t> heads(n);
+    for (std::size_t m = 0; m < n; ++m) heads[m] = (m * 4 + 1) % n;
+    const biaffine::score_view<const bfloat16> lv{lb.data(), n, o, static_cast<std::ptrdiff_t>(n * o)};
+    const biaffine::score_view<const float> fv{lf.data(), n, o, static_cast<std::ptrdiff_t>(n * o)};
+    CHECK(biaffine::labels_at_heads(lv, heads) == biaffine::labels_at_heads(fv, heads));
+    // NaN in bfloat16 is reported where it is, as in float.
+    std::vector<bfloat16> bad(36, bfloat16(1.0f));
+    bad[3 * 6 + 1] = bfloat16(std::numeric_limits<float>::quiet_NaN());
+    using Catch::Matchers::Contains;
+    CHECK_THROWS_WITH(mst_heads(bad.data(), 6, 6), Contains("row (dependent) 3") && Contains("column (head) 1"));
+    CHECK_THROWS_WITH(eisner_heads(bad.data(), 6, 6), Contains("row (dependent) 3") && Contains("column (head) 1"));
+    CHECK_THROWS_WITH(argmax_heads(bad.data(), 6, 6), Contains("row (dependent) 3") && Contains("column (head) 1"));
+    lb[(2 * n + heads[2]) * o + 3] = bfloat16(std::numeric_limits<float>::quiet_NaN());
+    CHECK_THROWS_WITH(biaffine::labels_at_heads(lv, heads), Contains("token 2") && Contains("label 3"));
+}

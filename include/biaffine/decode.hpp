@@ -27,6 +27,7 @@
 #include <vector>
 #include <iterator>
 
+#include "biaffine/bfloat16.hpp"
 #include "biaffine/detail/eigen.hpp"
 
 #include "biaffine/detail/decode_common.hpp"
@@ -111,8 +112,20 @@ std::vector<std::size_t> decode_pointer(const T* data, std::size_t n, std::size_
                                         const char* where, const Decode& decode)
 {
     check_dense_args(data, n, row_stride, where);
-    const auto row = [data, row_stride](std::size_t m, T*) -> const T* { return data + m * row_stride; };
-    return decode(n, row, static_cast<T*>(nullptr));
+    if constexpr (std::is_same_v<std::remove_cv_t<T>, bfloat16>) {
+        // bfloat16 scores (a scorer's bfloat16 outputs): each row widened
+        // exactly to float as it is read, so every decoder sees the same
+        // numbers as on the widened matrix.
+        std::vector<float> buf(n);
+        const auto row = [data, row_stride, n](std::size_t m, float* b) -> const float* {
+            to_float(data + m * row_stride, n, b);
+            return b;
+        };
+        return decode(n, row, buf.data());
+    } else {
+        const auto row = [data, row_stride](std::size_t m, T*) -> const T* { return data + m * row_stride; };
+        return decode(n, row, static_cast<T*>(nullptr));
+    }
 }
 
 /// Runs `decode(n, row, buf)` on a square xtensor-like or Eigen-like matrix:

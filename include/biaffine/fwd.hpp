@@ -40,6 +40,10 @@ struct scorer_backend_choice;  // detail/compute/backend.hpp
 // their gradients (detail: converted from T per split where it differs).
 template <class T, class Backend = typename detail::scorer_backend_choice<T>::type, class Out = T>
 class biaffine_scorer;
+/// The default backend's scorer of T with outputs in Out, e.g.
+/// `scorer_with_output<float, bfloat16>` (bfloat16 scores, half the bytes).
+template <class T, class Out>
+using scorer_with_output = biaffine_scorer<T, typename detail::scorer_backend_choice<T>::type, Out>;
 
 enum class budget_kind;
 enum class oversize_policy;

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "biaffine/backprop.hpp"
+#include "biaffine/bfloat16.hpp"
 #include "biaffine/detail/checked.hpp"
 #include "biaffine/detail/compute/backend.hpp"
 #include "biaffine/detail/compute/bf16_forward.hpp"
@@ -155,12 +156,15 @@ std::size_t packed_count(const char* what, std::uint64_t rows, Ts... cols)
 /// the backend's outputs in place; another floating type has each split's
 /// output computed in T into one split of scratch and converted as it is
 /// stored (and a backprop's gradients converted to T as it starts), the
-/// costs counting outputs at sizeof(Out) and that scratch.
+/// costs counting outputs at sizeof(Out) and that scratch. `bfloat16`
+/// (bfloat16.hpp) as Out, with T = float, hands out half the bytes of float:
+/// each score rounded to nearest even, gradients read back exactly.
 template <class T, class Backend, class Out>
 class biaffine_scorer {
 public:
     static_assert(std::is_floating_point<T>::value, "biaffine_scorer<T>: T must be float or double");
-    static_assert(std::is_floating_point<Out>::value, "biaffine_scorer<T, Backend, Out>: Out must be float or double");
+    static_assert(std::is_floating_point<Out>::value || (std::is_same<Out, bfloat16>::value && std::is_same<T, float>::value),
+                  "biaffine_scorer<T, Backend, Out>: Out must be float or double, or bfloat16 with T = float");
     using value_type = T;
     /// The scalar of the outputs (and of their gradients).
     using output_type = Out;

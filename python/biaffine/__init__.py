@@ -81,8 +81,41 @@ def biaffine_scorer(n_in, hidden=128, labels=1, *, bias_u=True, bias_v=True, dro
                          precision)
 
 
+def bfloat16_to_float32(a):
+    """bfloat16 values as float32, exactly (bfloat16 is float32's upper half).
+
+    ``a``: a uint16 array of the bits (``predict(..., output="bfloat16_bits")``)
+    or an ``ml_dtypes.bfloat16`` array (``output="bfloat16"``). Returns a new
+    float32 array of the same shape.
+    """
+    import numpy as np
+
+    a = np.asarray(a)
+    if a.dtype != np.uint16 and not (a.dtype.itemsize == 2 and a.dtype.name == "bfloat16"):
+        raise TypeError(f"bfloat16_to_float32: expected uint16 bits or ml_dtypes.bfloat16, got dtype {a.dtype}")
+    return (a.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def float32_to_bfloat16_bits(a):
+    """float32 values rounded to bfloat16 (nearest, ties to even; NaN stays a
+    quiet NaN), as a uint16 array of the bits: what the scorer's
+    ``output="bfloat16_bits"`` holds. ``.view(ml_dtypes.bfloat16)`` reads it
+    as ml_dtypes' bfloat16 without copying."""
+    import numpy as np
+
+    x = np.asarray(a)
+    if x.dtype != np.float32:
+        raise TypeError(f"float32_to_bfloat16_bits: expected float32, got dtype {x.dtype}")
+    u = np.ascontiguousarray(x).view(np.uint32)
+    out = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    nan = np.isnan(x)
+    if nan.any():
+        out[nan] = ((u[nan] >> np.uint32(16)) | np.uint32(0x40)).astype(np.uint16)
+    return out.reshape(x.shape)
+
+
 __all__ = [
-    "biaffine_scorer", "biaffine_scorer_float32", "biaffine_scorer_float64", "budget",
+    "biaffine_scorer", "bfloat16_to_float32", "float32_to_bfloat16_bits", "biaffine_scorer_float32", "biaffine_scorer_float64", "budget",
     "Error", "ShapeError", "LengthError", "BudgetError", "BackpropError", "HeadError",
     "mst_heads", "argmax_heads", "eisner_heads", "labels_at_heads", "cross_entropy_heads", "cross_entropy_labels",
     "is_tree", "lazy_split", "cap_split_lengths", "minibatch_by_padded_size",

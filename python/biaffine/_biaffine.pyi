@@ -16,6 +16,7 @@ _IntArray = npt.NDArray[np.integer[Any]]
 _Int64Array = npt.NDArray[np.int64]
 _IntList = Union[Sequence[int], _IntArray]
 _Oversize = Literal["run_alone", "throw"]
+_Output = Literal["float32", "float64", "bfloat16", "bfloat16_bits"]
 
 class Error(ValueError): ...
 class ShapeError(Error): ...
@@ -92,8 +93,9 @@ class _Scorer:
     def heads_cost(self, count: int, max_len: int, train: bool = False) -> Dict[str, int]: ...
     def predict(self, docs: Sequence[_FloatArray], split_lengths: Sequence[_IntList], *, budget: _Budget = ...,
                 threads: int = 1, buffer: int = 256, oversize: _Oversize = "run_alone",
-                pad_seq_unpad_matrix: bool = False) -> List[_FloatArray]:
-        """docs [n_tokens, n_in] each, split lengths per document -> [n, n(, o)] per split."""
+                pad_seq_unpad_matrix: bool = False, output: _Output = ...) -> List[npt.NDArray[Any]]:
+        """docs [n_tokens, n_in] each, split lengths per document -> [n, n(, o)] per split
+        (output='bfloat16': ml_dtypes.bfloat16, 'bfloat16_bits': uint16; float32 scorers)."""
     def predict_stream(self, docs: Sequence[_FloatArray], split_lengths: Sequence[_IntList],
                        callback: _StreamCallback, *, budget: _Budget = ..., threads: int = 1, buffer: int = 256,
                        oversize: _Oversize = "run_alone", pad_seq_unpad_matrix: bool = False) -> None:
@@ -103,7 +105,8 @@ class _Scorer:
                 pad_seq_unpad_matrix: bool = False) -> Tuple[List[_FloatArray], _Backprop]: ...
     def predict_heads(self, docs: Sequence[_FloatArray], split_lengths: Sequence[_IntList],
                       heads: Sequence[_IntList], *, budget: _Budget = ..., threads: int = 1, buffer: int = 256,
-                      oversize: _Oversize = "run_alone", pad_seq_unpad_matrix: bool = False) -> List[_FloatArray]:
+                      oversize: _Oversize = "run_alone", pad_seq_unpad_matrix: bool = False,
+                      output: _Output = ...) -> List[npt.NDArray[Any]]:
         """heads[d] [n_tokens] per document (split-relative) -> labels at the heads [n, o] per split."""
     def predict_heads_stream(self, docs: Sequence[_FloatArray], split_lengths: Sequence[_IntList],
                              heads: Sequence[_IntList], callback: _StreamCallback, *, budget: _Budget = ...,

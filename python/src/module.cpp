@@ -58,6 +58,12 @@ exception_types g_exc;
 
 std::string dtype_name(const py::dtype& d) { return std::string(py::str(py::handle(d))); }
 
+// An ml_dtypes.bfloat16 dtype (2 bytes, the bits of biaffine::bfloat16).
+bool is_ml_dtypes_bfloat16(const py::dtype& d)
+{
+    return d.itemsize() == 2 && dtype_name(d) == "bfloat16";
+}
+
 template <class T>
 const char* type_name()
 {
@@ -97,12 +103,14 @@ template <class C>
 py::array adopt(C&& c)
 {
     using V = std::remove_reference_t<C>;
-    using T = typename V::value_type;
+    // bfloat16 goes out as its bits, uint16 (ml_dtypes.bfloat16's bytes).
+    using T = std::conditional_t<std::is_same<typename V::value_type, biaffine::bfloat16>::value, std::uint16_t,
+                                 typename V::value_type>;
     std::vector<py::ssize_t> shape(c.shape().begin(), c.shape().end());
     if (c.size() == 0) return py::array_t<T>(shape);  // nothing to own
     auto* owned = new V(std::move(c));
     py::capsule owner(owned, [](void* p) { delete static_cast<V*>(p); });
-    return py::array_t<T>(shape, owned->data(), owner);
+    return py::array_t<T>(shape, reinterpret_cast<T*>(owned->data()), owner);
 }
 
 // ------------------------------------------------------------- inputs
@@ -516,12 +524,95 @@ struct call_args {
     }
 };
 
+// The outputs an inference call's output= asks for: the scorer's own dtype,
+// or (float32 scorers) bfloat16, as ml_dtypes.bfloat16 arrays or as uint16
+// arrays of the bits.
+enum class output_dtype { own, bfloat16, bfloat16_bits };
+
+template <class T>
+output_dtype read_output(const std::string& output, const char* where)
+{
+    const std::string own = std::is_same<T, float>::value ? "float32" : "float64";
+    if (output == own) return output_dtype::own;
+    if (output == "bfloat16" || output == "bfloat16_bits") {
+        if (!std::is_same<T, float>::value) {
+            throw py::value_error(std::string(where) + ": output='" + output +
+                                  "' needs a float32 scorer (this one is float64)");
+        }
+        return output == "bfloat16" ? output_dtype::bfloat16 : output_dtype::bfloat16_bits;
+    }
+    throw py::value_error(std::string(where) + ": output must be '" + own + "'" +
+                          (std::is_same<T, float>::value ? ", 'bfloat16' or 'bfloat16_bits'" : "") + ", got '" +
+                          output + "'");
+}
+
+// ml_dtypes.bfloat16, imported when asked for (ImportError that says how to get it).
+py::object ml_dtypes_bfloat16(const char* where)
+{
+    try {
+        return py::module_::import("ml_dtypes").attr("bfloat16");
+    } catch (py::error_already_set& e) {
+        if (!e.matches(PyExc_ImportError)) throw;
+        py::raise_from(e, PyExc_ImportError,
+                       (std::string(where) + ": output='bfloat16' returns ml_dtypes.bfloat16 arrays and needs the "
+                                             "ml_dtypes package (pip install ml_dtypes); output='bfloat16_bits' "
+                                             "returns the same bytes as uint16 without it")
+                           .c_str());
+        throw py::error_already_set();
+    }
+}
+
+// predict / predict_heads with output='bfloat16': each split is streamed in
+// float32 (one split of float scratch, as the C++ scorer with bfloat16
+// outputs) and stored rounded to nearest even as it arrives, so the kept
+// outputs take half the bytes; they go out as uint16 arrays of the bits.
+template <bool Heads>
+py::list predict_bfloat16(scorer_t<float>& s, call_args<float>& a, output_dtype out, const char* where)
+{
+    using biaffine::bfloat16;
+    // Before the work: a missing ml_dtypes fails the call, not its end.
+    const py::object dtype = out == output_dtype::bfloat16 ? ml_dtypes_bfloat16(where) : py::none();
+    std::size_t count = 0;
+    for (const auto& l : a.ls) count += l.size();
+    biaffine::score_list<bfloat16> Y(count);
+    {
+        py::gil_scoped_release release;
+        with_model(s, a.o, [&](auto& m) {
+            const std::size_t o = s.labels();
+            if constexpr (Heads) {
+                using kind = biaffine::detail::labels_at_heads_kind;
+                m->predict_heads_stream(a.dv.maps, a.ls, a.hs,
+                                        [&](std::size_t k, std::size_t, biaffine::seq_view<const float> v) {
+                                            Y[k] = biaffine::score_tensor<bfloat16>({v.rows, o});
+                                            kind::convert(kind::dense(Y[k].data(), v.rows, o), v);
+                                        });
+            } else {
+                using kind = biaffine::detail::full_scores_kind;
+                m->predict_stream(a.dv.maps, a.ls, [&](std::size_t k, std::size_t, biaffine::score_view<const float> v) {
+                    Y[k] = biaffine::score_tensor<bfloat16>(s.score_shape(v.n));
+                    kind::convert(kind::dense(Y[k].data(), v.n, o), v);
+                });
+            }
+            return 0;
+        });
+    }
+    py::list bits = adopt_scores(Y);
+    if (dtype.is_none()) return bits;
+    py::list out_list;
+    for (py::handle b : bits) out_list.append(b.attr("view")(dtype));
+    return out_list;
+}
+
 template <class T>
 py::list predict(py::object self, const py::handle& docs, const py::handle& lengths, const py::object& budget,
-                 long long threads, long long buffer, const std::string& oversize, bool pad)
+                 long long threads, long long buffer, const std::string& oversize, bool pad, const std::string& output)
 {
     auto& s = inference_scorer<T>(self);
+    const output_dtype out = read_output<T>(output, "predict");
     call_args<T> a("predict", docs, lengths, nullptr, budget, threads, buffer, oversize, pad);
+    if constexpr (std::is_same<T, float>::value) {
+        if (out != output_dtype::own) return predict_bfloat16<false>(s, a, out, "predict");
+    }
     biaffine::score_list<T> Y;
     {
         py::gil_scoped_release release;
@@ -593,10 +684,14 @@ void predict_stream(py::object self, const py::handle& docs, const py::handle& l
 template <class T>
 py::list predict_heads(py::object self, const py::handle& docs, const py::handle& lengths, const py::handle& heads,
                        const py::object& budget, long long threads, long long buffer, const std::string& oversize,
-                       bool pad)
+                       bool pad, const std::string& output)
 {
     auto& s = inference_scorer<T>(self);
+    const output_dtype out = read_output<T>(output, "predict_heads");
     call_args<T> a("predict_heads", docs, lengths, &heads, budget, threads, buffer, oversize, pad);
+    if constexpr (std::is_same<T, float>::value) {
+        if (out != output_dtype::own) return predict_bfloat16<true>(s, a, out, "predict_heads");
+    }
     biaffine::score_list<T> Y;
     {
         py::gil_scoped_release release;
@@ -948,9 +1043,12 @@ void bind_scorer(py::module_& m, const char* name)
         .def("predict", &predict<T>, py::arg("docs"), py::arg("split_lengths"), py::kw_only(),
              py::arg("budget") = default_budget, py::arg("threads") = 1, py::arg("buffer") = 256,
              py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false,
+             py::arg("output") = std::is_same<T, float>::value ? "float32" : "float64",
              "docs [n_tokens, n_in] per document, split_lengths per document -> one [n, n] (or [n, n, o]) array per "
              "split; with_splits(with_minibatch_by_padded_size(scorer, budget)). budget: a biaffine.budget or None "
-             "(one batch).")
+             "(one batch). output='bfloat16' (float32 scorers): each score rounded to bfloat16 as its split is "
+             "made (half the bytes), as ml_dtypes.bfloat16 arrays; 'bfloat16_bits': the same bytes as uint16 "
+             "(biaffine.bfloat16_to_float32 widens either).")
         .def("predict_stream", &predict_stream<T>, py::arg("docs"), py::arg("split_lengths"), py::arg("callback"),
              py::kw_only(), py::arg("budget") = default_budget, py::arg("threads") = 1, py::arg("buffer") = 256,
              py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false,
@@ -964,8 +1062,9 @@ void bind_scorer(py::module_& m, const char* name)
         .def("predict_heads", &predict_heads<T>, py::arg("docs"), py::arg("split_lengths"), py::arg("heads"),
              py::kw_only(), py::arg("budget") = default_budget, py::arg("threads") = 1, py::arg("buffer") = 256,
              py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false,
+             py::arg("output") = std::is_same<T, float>::value ? "float32" : "float64",
              "Labels at given heads: heads[d] one head per token of document d (split-relative) -> one [n, o] array "
-             "per split.")
+             "per split. output='bfloat16' as in predict.")
         .def("predict_heads_stream", &predict_heads_stream<T>, py::arg("docs"), py::arg("split_lengths"),
              py::arg("heads"), py::arg("callback"), py::kw_only(), py::arg("budget") = default_budget,
              py::arg("threads") = 1, py::arg("buffer") = 256, py::arg("oversize") = "run_alone",
@@ -1012,6 +1111,8 @@ void bind_scorer(py::module_& m, const char* name)
 template <class F>
 py::array_t<std::int64_t> decode(const py::handle& obj, const char* where, F&& f)
 {
+    // (ml_dtypes.bfloat16 arrays, e.g. predict(output='bfloat16'), decode as
+    // their exact float values; uint16 bits are refused as any integer dtype.)
     if (!py::isinstance<py::array>(obj)) {
         throw py::type_error(std::string(where) + ": expected a 2-d numpy array of float32 or float64 scores, got " +
                              type_of(obj));
@@ -1048,7 +1149,9 @@ py::array_t<std::int64_t> decode(const py::handle& obj, const char* where, F&& f
     };
     if (a.dtype().is(py::dtype::of<float>())) return run(float{});
     if (a.dtype().is(py::dtype::of<double>())) return run(double{});
-    throw py::type_error(std::string(where) + ": expected dtype float32 or float64, got " + dtype_name(a.dtype()));
+    if (is_ml_dtypes_bfloat16(a.dtype())) return run(biaffine::bfloat16{});
+    throw py::type_error(std::string(where) + ": expected dtype float32, float64 or bfloat16 (ml_dtypes), got " +
+                         dtype_name(a.dtype()));
 }
 
 std::vector<std::size_t> read_size_list(const py::handle& obj, const char* what)

@@ -251,3 +251,112 @@ def test_thinc_layers_take_precision():
     assert get_scorer(lab).precision == "bf16"
     with pytest.raises(ValueError, match="precision"):
         BiaffineScorer(precision="int8")
+
+
+# ------------------------------------------------ bfloat16 outputs (output=)
+
+def ties_and_specials(rng):
+    """float32 values with exact bf16 halfway ties (both parities), values that
+    round up into the next binade, and inf / NaN."""
+    u = rng.integers(0, 0x7F800000, 4200, dtype=np.uint64).astype(np.uint32)  # finite, positive
+    u[:1000] = (u[:1000] & np.uint32(0xFFFF0000)) | np.uint32(0x8000)  # ties
+    u[1000:1100] = (u[1000:1100] & np.uint32(0xFF800000)) | np.uint32(0x007FFFFF)  # carry into the exponent
+    u[1100:2100] |= np.uint32(0x80000000)  # negative
+    x = u.view(np.float32).copy()
+    x[2100:2110] = [np.inf, -np.inf, 0.0, -0.0, np.float32(3.4e38), -np.float32(3.4e38), 1e-40, -1e-40, 1.0, -1.0]
+    return x
+
+
+def test_bfloat16_converters_round_to_nearest_even():
+    rng = np.random.default_rng(3)
+    x = ties_and_specials(rng).reshape(-1, 7)[:, :5]  # a strided 2-d input
+    bits = biaffine.float32_to_bfloat16_bits(x)
+    assert bits.dtype == np.uint16 and bits.shape == x.shape
+    # round_bf16 (above) is an independent computation in uint64 arithmetic.
+    finite = np.isfinite(x) & (np.abs(x) < np.float32(3.38e38))
+    np.testing.assert_array_equal(biaffine.bfloat16_to_float32(bits)[finite], round_bf16(x[finite]))
+    # Past the largest bf16 (3.3895e38) rounds to infinity, as ties to even says.
+    big = np.array([3.4e38, -3.4e38, np.inf], np.float32)
+    np.testing.assert_array_equal(biaffine.bfloat16_to_float32(biaffine.float32_to_bfloat16_bits(big)),
+                                  np.array([np.inf, -np.inf, np.inf], np.float32))
+    nan = biaffine.float32_to_bfloat16_bits(np.array([np.nan, -np.nan], np.float32))
+    assert np.isnan(biaffine.bfloat16_to_float32(nan)).all()
+    with pytest.raises(TypeError, match="expected float32"):
+        biaffine.float32_to_bfloat16_bits(np.ones(3))
+    with pytest.raises(TypeError, match="uint16 bits or ml_dtypes"):
+        biaffine.bfloat16_to_float32(np.ones(3, np.int16))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("labels", [1, 3])
+def test_bfloat16_outputs_are_the_float32_outputs_rounded(precision, labels):
+    # Every layer composition the options select: one batch, batched under a
+    # budget on 2 threads, and padded.
+    rng = np.random.default_rng(17 + labels)
+    s = biaffine.biaffine_scorer(24, 16, labels, seed=5, precision=precision)
+    docs = [rng.uniform(-1, 1, (n, 24)).astype(np.float32) for n in (70, 9, 0)]
+    lengths = [[1, 30, 0, 39], [9], []]
+    heads = [[0] + [int(h) for h in rng.integers(0, 30, 30)] + [int(h) for h in rng.integers(0, 39, 39)],
+             [int(h) for h in rng.integers(0, 9, 9)], []]
+    for opts in ({"budget": None}, {"budget": biaffine.budget.items(64), "threads": 2},
+                 {"budget": biaffine.budget.bytes(1 << 16), "pad_seq_unpad_matrix": True}):
+        Y = s.predict(docs, lengths, **opts)
+        B = s.predict(docs, lengths, output="bfloat16_bits", **opts)
+        H = s.predict_heads(docs, lengths, heads, **opts)
+        HB = s.predict_heads(docs, lengths, heads, output="bfloat16_bits", **opts)
+        assert len(B) == len(Y) == 5 and len(HB) == len(H) == 5
+        for y, b in zip(Y + H, B + HB):
+            assert b.dtype == np.uint16 and b.shape == y.shape
+            np.testing.assert_array_equal(b, biaffine.float32_to_bfloat16_bits(y))
+
+
+def test_bfloat16_outputs_take_half_the_bytes():
+    s = biaffine.biaffine_scorer(16, 8, 5)
+    docs = [np.ones((60, 16), np.float32)]
+    cells = (20 * 20 + 40 * 40) * 5
+    base = biaffine.memory_stats()["current_bytes"]
+    Y = s.predict(docs, [[20, 40]])
+    f32 = biaffine.memory_stats()["current_bytes"] - base
+    del Y
+    base = biaffine.memory_stats()["current_bytes"]
+    B = s.predict(docs, [[20, 40]], output="bfloat16_bits")
+    b16 = biaffine.memory_stats()["current_bytes"] - base
+    assert f32 == cells * 4 and b16 == cells * 2
+    del B
+
+
+def test_bfloat16_output_arguments_checked():
+    s64 = biaffine.biaffine_scorer(8, 4, dtype="float64")
+    docs = [np.ones((3, 8))]
+    with pytest.raises(ValueError, match="needs a float32 scorer"):
+        s64.predict(docs, [[3]], output="bfloat16")
+    s = biaffine.biaffine_scorer(8, 4)
+    with pytest.raises(ValueError, match="output must be 'float32', 'bfloat16' or 'bfloat16_bits', got 'float16'"):
+        s.predict([np.ones((3, 8), np.float32)], [[3]], output="float16")
+    with pytest.raises(ValueError, match="output must be"):
+        s.predict_heads([np.ones((3, 8), np.float32)], [[3]], [[0, 0, 0]], output="bf16")
+
+
+def test_bfloat16_output_as_ml_dtypes_and_decoded():
+    rng = np.random.default_rng(2)
+    s = biaffine.biaffine_scorer(16, 8, seed=3)
+    docs = [rng.uniform(-1, 1, (50, 16)).astype(np.float32)]
+    bits = s.predict(docs, [[13, 37]], output="bfloat16_bits")
+    try:
+        import ml_dtypes
+    except ImportError:
+        # Without ml_dtypes, output='bfloat16' says what to install (and
+        # 'bfloat16_bits' works, above); decoders refuse the raw bits.
+        with pytest.raises(ImportError, match="pip install ml_dtypes"):
+            s.predict(docs, [[13, 37]], output="bfloat16")
+        with pytest.raises(TypeError, match="expected dtype float32, float64 or bfloat16"):
+            biaffine.mst_heads(bits[0])
+        return
+    B = s.predict(docs, [[13, 37]], output="bfloat16")
+    for b, u in zip(B, bits):
+        assert b.dtype == np.dtype(ml_dtypes.bfloat16)
+        np.testing.assert_array_equal(b.view(np.uint16), u)
+        w = biaffine.bfloat16_to_float32(b)
+        np.testing.assert_array_equal(w, b.astype(np.float32))  # ml_dtypes' own widening
+        for decode in (biaffine.mst_heads, biaffine.eisner_heads, biaffine.argmax_heads):
+            np.testing.assert_array_equal(decode(b), decode(w))

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "biaffine/abi.hpp"
+#include "biaffine/bfloat16.hpp"
 
 #include <cmath>
 #include <cstddef>
@@ -35,7 +36,8 @@ inline void check_not_nan(const V& v, std::size_t m, std::size_t l, const char* 
 template <class T>
 void check_dense_args(const T* data, std::size_t n, std::size_t row_stride, const char* where)
 {
-    static_assert(std::is_arithmetic_v<T>, "decode: scores must be arithmetic");
+    static_assert(std::is_arithmetic_v<T> || std::is_same_v<std::remove_cv_t<T>, bfloat16>,
+                  "decode: scores must be arithmetic or biaffine::bfloat16");
     if (n == 0) return;
     if (data == nullptr) {
         throw error(msg(where, ": null score pointer for n = ", n));

@@ -13,7 +13,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
+#include "biaffine/bfloat16.hpp"
 #include "biaffine/detail/eigen.hpp"
 #include "biaffine/detail/softmax.hpp"
 #include "biaffine/errors.hpp"
@@ -94,6 +96,38 @@ seq_view<T> dense_rows(T* p, std::size_t n, std::size_t o)
     return {p, n, o, static_cast<std::ptrdiff_t>(o), 1};
 }
 
+/// dst[i] = src[i] in dst's scalar, i < len: a cast between float and
+/// double, bfloat16's round to nearest even from float, exact widening from
+/// bfloat16 (the one loop per scalar pair, vectorised by the compiler).
+template <class O, class T>
+void convert_run(O* dst, const T* src, std::size_t len) noexcept
+{
+    if constexpr (std::is_same<O, bfloat16>::value) {
+        static_assert(std::is_same<T, float>::value, "bfloat16 outputs are rounded from float");
+        to_bfloat16(src, len, dst);
+    } else if constexpr (std::is_same<T, bfloat16>::value) {
+        if constexpr (std::is_same<O, float>::value) {
+            to_float(src, len, dst);
+        } else {
+            for (std::size_t i = 0; i < len; ++i) dst[i] = static_cast<O>(static_cast<float>(src[i]));
+        }
+    } else {
+        for (std::size_t i = 0; i < len; ++i) dst[i] = static_cast<O>(src[i]);
+    }
+}
+
+/// Each of `rows` rows of `len` contiguous elements converted (convert_run),
+/// rows `dst_stride` / `src_stride` elements apart.
+template <class O, class T>
+void convert_rows(O* dst, std::ptrdiff_t dst_stride, const T* src, std::ptrdiff_t src_stride, std::size_t rows,
+                  std::size_t len) noexcept
+{
+    for (std::size_t m = 0; m < rows; ++m) {
+        convert_run(dst + static_cast<std::ptrdiff_t>(m) * dst_stride, src + static_cast<std::ptrdiff_t>(m) * src_stride,
+                    len);
+    }
+}
+
 /// The heads argument of a full-scores call: none.
 struct no_heads {};
 
@@ -166,7 +200,7 @@ struct full_scores_kind {
     template <class O, class T>
     static void convert(view<O> dst, view<const T> src)
     {
-        if (src.n != 0) dst.map() = src.map().template cast<O>();
+        convert_rows(dst.data, dst.row_stride, src.data, src.row_stride, src.n, src.n * src.labels);
     }
     /// Tokens of one split's output.
     template <class T>
@@ -243,7 +277,12 @@ struct labels_at_heads_kind {
     template <class O, class T>
     static void convert(view<O> dst, view<const T> src)
     {
-        if (src.rows != 0) dst.map() = src.map().template cast<O>();
+        if (dst.col_stride == 1 && src.col_stride == 1) {
+            convert_rows(dst.data, dst.row_stride, src.data, src.row_stride, src.rows, src.cols);
+            return;
+        }
+        for (std::size_t m = 0; m < src.rows; ++m)
+            for (std::size_t c = 0; c < src.cols; ++c) convert_run(&dst(m, c), &src(m, c), 1);
     }
     template <class T>
     static std::size_t tokens(const view<T>& y) noexcept
