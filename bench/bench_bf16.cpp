@@ -14,6 +14,11 @@
 //             oneDNN's bf16 matmul called per split.
 //   pipeline  a batch's forward up to the split scores, fp32 (our kernels)
 //             against bf16 (oneDNN writing the pair layout, bf16_dots).
+//   backward  the training step's batch-wide backward products, as C [rows,
+//             M] = A [rows, K] . B [K, M] in the same harness: the weight
+//             gradients (A = dH^T or U^T, K = the N tokens) and the input
+//             gradients (K = h or o hv): what a bf16 training step would put
+//             on these kernels (issue 40 item 4).
 //
 // Weights are packed once outside the timing (ours: gemm_pack_b; oneDNN: a
 // reorder into the layout its primitive asks for), as the scorer would keep
@@ -25,7 +30,7 @@
 //
 // Built only with -DBIAFFINE_WITH_ONEDNN=ON (libdnnl-dev) on a target with
 // AVX512_BF16 and the AVX2/FMA kernel. Run:
-//   build/bench/bench_bf16 [--reps 5] [--threads 1] [--only proj|uw|split|pipeline]
+//   build/bench/bench_bf16 [--reps 5] [--threads 1] [--only proj|uw|split|pipeline|backward]
 #include "common.hpp"
 
 #include <biaffine/bfloat16.hpp>
@@ -387,7 +392,7 @@ int main(int argc, char** argv)
         else if (f == "--threads") threads = std::stoi(argv[i + 1]);
         else if (f == "--only") only = argv[i + 1];
         else {
-            std::fprintf(stderr, "bench_bf16: unknown flag %s (--reps N, --threads N, --only proj|uw|split|pipeline)\n", f.c_str());
+            std::fprintf(stderr, "bench_bf16: unknown flag %s (--reps N, --threads N, --only proj|uw|split|pipeline|backward)\n", f.c_str());
             return 2;
         }
     }
@@ -419,6 +424,15 @@ int main(int argc, char** argv)
     if (only.empty() || only == "pipeline") {
         pipeline(eng, strm, 100000, 1, 20, reps);
         pipeline(eng, strm, 20000, 50, 20, reps);
+    }
+    if (only.empty() || only == "backward") {
+        // Projections' backward at N = 100k: dW [h, n_in] = dH^T X, dX = dH W.
+        big_product(eng, strm, "bwd dW_proj = dH^T [128, N=100000] . X [N, 256]", 128, 100000, 256, false, reps);
+        big_product(eng, strm, "bwd dX = dH [N=100000, 128] . W [128, 256]", 100000, 128, 256, false, reps);
+        // U W' backward: dW' = U^T dT, dU = dT W'^T; o = 1 at 100k, o = 50 at 20k.
+        big_product(eng, strm, "bwd dW_bilinear = U^T [129, N=100000] . dT [N, 129]", 129, 100000, 129, false, reps);
+        big_product(eng, strm, "bwd dW_bilinear = U^T [129, N=20000] . dT [N, 6450]", 129, 20000, 6450, false, reps);
+        big_product(eng, strm, "bwd dU = dT [N=20000, 6450] . W' [6450, 129]", 20000, 6450, 129, false, reps);
     }
     std::printf("load average (1, 5 min) at end: %s\n", load().c_str());
 }

@@ -11,7 +11,8 @@ have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok
 blas=""
 if [ "${BIAFFINE_WITH_BLAS:-0}" = 1 ]; then blas="libopenblas-dev"; fi
 # BIAFFINE_WITH_ONEDNN=1 (the CMake option of that name): oneDNN for bench_bf16.
-if [ "${BIAFFINE_WITH_ONEDNN:-0}" = 1 ]; then blas="$blas libdnnl-dev"; fi
+# (Debian's dnnl CMake package asks for OpenCL even for the CPU engine.)
+if [ "${BIAFFINE_WITH_ONEDNN:-0}" = 1 ]; then blas="$blas libdnnl-dev ocl-icd-opencl-dev opencl-c-headers"; fi
 for p in cmake g++ make libeigen3-dev libxtensor-dev catch2 libbenchmark-dev \
   python3-dev python3-numpy pybind11-dev python3-thinc python3-pytest python3-venv $blas ${BIAFFINE_EXTRA_PACKAGES:-}; do
   have_pkg "$p" || need+=("$p")

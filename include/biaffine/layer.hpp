@@ -417,6 +417,15 @@ inline std::size_t max_split_rows(const std::size_t* off, std::size_t count)
     return m;
 }
 
+/// The longest of the splits `X` (views with `.rows`).
+template <class Items>
+std::size_t max_item_rows(const Items& X)
+{
+    std::size_t m = 0;
+    for (std::size_t k = 0; k < X.size(); ++k) m = X[k].rows > m ? X[k].rows : m;
+    return m;
+}
+
 /// What every combinator passes through from the layer it wraps: the inner
 /// layer itself (held by reference when constructed from an lvalue, moved in
 /// from an rvalue), its value and output types, input width, label count

@@ -56,8 +56,7 @@ template <class T, class Backend, class Out>
 template <class Items, class Sink>
 void biaffine_scorer<T, Backend, Out>::predict_stream(const Items& X, Sink&& sink) const
 {
-    std::size_t max_n = 0;
-    for (std::size_t k = 0; k < X.size(); ++k) max_n = std::max(max_n, X[k].rows);
+    const std::size_t max_n = detail::max_item_rows(X);
     const std::size_t o = cfg_.labels;
     scratch<Out> s(detail::to_index_size(detail::checked_product("stream", max_n, max_n, o), "stream"));
     predict_into<detail::full_scores_kind>(
@@ -148,8 +147,7 @@ void biaffine_scorer<T, Backend, Out>::predict_into(const Items& X, const Heads&
     check_items(X);
     detail::check_kind_heads<Kind>("scorer", X, H);
     if constexpr (converts) {
-        std::size_t max_n = 0;
-        for (std::size_t k = 0; k < X.size(); ++k) max_n = std::max(max_n, X[k].rows);
+        const std::size_t max_n = detail::max_item_rows(X);
         const std::size_t o = cfg_.labels;
         scratch<T> buf(detail::packed_count<T>(Kind::output_name, Kind::elements(max_n, o, Kind::output_name)));
         predict_compute<Kind>(

@@ -46,8 +46,7 @@ template <class T, class Backend, class Out>
 template <class Items, class Heads, class Sink>
 void biaffine_scorer<T, Backend, Out>::predict_heads_stream(const Items& X, const Heads& H, Sink&& sink) const
 {
-    std::size_t max_n = 0;
-    for (std::size_t k = 0; k < X.size(); ++k) max_n = std::max(max_n, X[k].rows);
+    const std::size_t max_n = detail::max_item_rows(X);
     const std::size_t o = cfg_.labels;
     scratch<Out> s(detail::packed_count<Out>("stream", max_n, o));
     predict_into<detail::labels_at_heads_kind>(
