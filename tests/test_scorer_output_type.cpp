@@ -21,6 +21,8 @@
 #include "biaffine/biaffine.hpp"
 
 using namespace biaffine;
+// biaffine::bfloat16 spelled out: OpenBLAS's cblas.h (the BLAS backend's
+// builds) declares a global `bfloat16` typedef too.
 
 namespace {
 
@@ -37,7 +39,7 @@ struct types {
     static_assert(check_split_layer<narrow>() && check_padded_layer<narrow>() && check_heads_layer<narrow>());
 };
 using f64_f32 = types<double, float>;
-using f32_bf16 = types<float, bfloat16>;
+using f32_bf16 = types<float, biaffine::bfloat16>;
 
 // Every combinator passes the output type through: scores out, their
 // gradients in, while inputs and input gradients keep the value type.
@@ -46,12 +48,12 @@ using stack_t = decltype(with_splits(with_minibatch_by_padded_size(
     with_pad_seq_unpad_matrix(std::declval<typename Ty::narrow&>()), budget::items(1))));
 static_assert(std::is_same<stack_t<f64_f32>::output_type, float>::value &&
               std::is_same<stack_t<f64_f32>::value_type, double>::value);
-static_assert(std::is_same<stack_t<f32_bf16>::output_type, bfloat16>::value &&
+static_assert(std::is_same<stack_t<f32_bf16>::output_type, biaffine::bfloat16>::value &&
               std::is_same<stack_t<f32_bf16>::value_type, float>::value);
 static_assert(std::is_same<decltype(std::declval<const stack_t<f32_bf16>&>().predict(
                                std::declval<const std::vector<xt::xtensor<float, 2>>&>(),
                                std::declval<const std::vector<std::vector<int>>&>())),
-                           score_list<bfloat16>>::value);
+                           score_list<biaffine::bfloat16>>::value);
 
 // A protocol layer that declares no output_type: its value type is its output type.
 struct no_output_type {
@@ -63,8 +65,8 @@ static_assert(std::is_same<detail::output_t<no_output_type>, float>::value);
 template <class O, class T>
 O rounded(T x)
 {
-    if constexpr (std::is_same<O, bfloat16>::value) {
-        return bfloat16(static_cast<float>(x));
+    if constexpr (std::is_same<O, biaffine::bfloat16>::value) {
+        return biaffine::bfloat16(static_cast<float>(x));
     } else {
         return static_cast<O>(x);
     }
@@ -74,7 +76,7 @@ O rounded(T x)
 template <class T, class O>
 T widened(O x)
 {
-    return static_cast<T>(static_cast<std::conditional_t<std::is_same<O, bfloat16>::value, float, O>>(x));
+    return static_cast<T>(static_cast<std::conditional_t<std::is_same<O, biaffine::bfloat16>::value, float, O>>(x));
 }
 
 template <class T>
@@ -383,7 +385,7 @@ TEMPLATE_TEST_CASE("output bytes count the output type; reported scratch covers 
 TEST_CASE("bfloat16 outputs of bf16 compute are the fp32 outputs of the same bf16 compute rounded",
           "[scorer][output_type][bf16]")
 {
-    using Narrow = scorer_with_output<float, bfloat16>;
+    using Narrow = scorer_with_output<float, biaffine::bfloat16>;
     for (std::size_t o : {std::size_t(1), std::size_t(3)}) {
         INFO("labels " << o);
         problem<float> p = make_problem<float>(o, {5, 1, 17, 0, 33}, 41 + static_cast<std::uint32_t>(o));
@@ -391,7 +393,7 @@ TEST_CASE("bfloat16 outputs of bf16 compute are the fp32 outputs of the same bf1
         const biaffine_scorer<float> wide(p.cfg);
         const Narrow narrow(p.cfg);
         const score_list<float> Y = wide.predict(p.items);
-        const score_list<bfloat16> B = narrow.predict(p.items);
+        const score_list<biaffine::bfloat16> B = narrow.predict(p.items);
         REQUIRE(B.size() == Y.size());
         for (std::size_t k = 0; k < B.size(); ++k) require_rounded_equal(B[k], Y[k], "predict, bf16 compute");
         std::vector<std::vector<int>> heads;
@@ -401,7 +403,7 @@ TEST_CASE("bfloat16 outputs of bf16 compute are the fp32 outputs of the same bf1
             heads.push_back(std::move(h));
         }
         const score_list<float> H = wide.predict_heads(p.items, heads);
-        const score_list<bfloat16> HB = narrow.predict_heads(p.items, heads);
+        const score_list<biaffine::bfloat16> HB = narrow.predict_heads(p.items, heads);
         for (std::size_t k = 0; k < HB.size(); ++k) require_rounded_equal(HB[k], H[k], "predict_heads, bf16 compute");
         // Half the output bytes of the fp32 outputs.
         for (mode m : {mode::eval, mode::train}) CHECK(2 * narrow.cost(5, 33, m).outputs == wide.cost(5, 33, m).outputs);
