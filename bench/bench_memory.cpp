@@ -24,8 +24,9 @@
 //              `--modes batched,heads --labels 50`.
 // --precision bf16 runs each configuration with compute_precision::bf16 and
 // biaffine::bfloat16 outputs (biaffine_scorer<float, B, bfloat16>): scores,
-// streamed blocks and score gradients in 2 bytes; training computes in fp32
-// (bf16 training is not built) with its outputs and their gradients in bf16.
+// streamed blocks and score gradients in 2 bytes; training in mixed precision
+// (bf16 products, fp32 weights, gradients and kept activations) with its
+// outputs and their gradients in bf16.
 // Every mode decodes heads (argmax over each score row) inside the timed
 // region, so the streaming sink's work is not a handicap and no mode's
 // output can be optimised away.
@@ -100,8 +101,8 @@ Usage: bench_memory [flags]
   --modes LIST       naive,batched,streaming (default), heads (labels at given
                      heads, [n, o] per split; compare with batched)
   --precision LIST   fp32 (default), bf16: compute_precision::bf16 with bfloat16
-                     outputs (half the output bytes; training computes fp32
-                     and keeps bf16 outputs and gradients); fp32,bf16 runs both
+                     outputs (half the output bytes; training in mixed
+                     precision with bf16 outputs and gradients); fp32,bf16 runs both
                      and adds a fp32 / bf16 table
   --budget-mb X      byte budget of the batched/streaming layers in MiB (default 16)
   --threads N        passed to the library's thread option when it has one

@@ -143,7 +143,8 @@ Usage: bench_vs_reference [flags]
                      sentences in order, repeated to its token count; ours gets
                      one document per # newdoc
   --precision P      fp32 (default) or bf16: adds ours_bf16 (the same scorer with
-                     compute_precision::bf16, inference cases) and gemm_bf16 (a bf16
+                     compute_precision::bf16; in train cases the mixed-precision
+                     training step) and gemm_bf16 (a bf16
                      GEMM of the same FLOPs: AMX tiles or VDPBF16PS, the bf16
                      roofline) to every case
   --keep-blas-core   don't re-run with OPENBLAS_CORETYPE when OpenBLAS picked kernels
@@ -318,12 +319,13 @@ impl make_ours(shared_case& c, std::uint64_t budget, std::size_t* effective_thre
         i.predicted_bytes += static_cast<double>(c.w.sum_sq()) * o * 4 + N * (129 + 129 + o * 129) * 4 + N * 256 * 4;
     }
     shared_case* cp = &c;
-    i.run = [st, model, cp] {
+    biaffine::biaffine_scorer<float>* sc = &scorer;
+    i.run = [st, model, cp, sc] {
         if (!cp->cfg.train) {
             st->Y = model->predict(cp->views, cp->view_lens);
             return;
         }
-        cp->scorer->zero_grad();
+        sc->zero_grad();
         auto fw = model->forward(cp->views, cp->view_lens, mode::train);
         for (auto& y : fw.first) {
             const std::size_t n = y.shape()[0], o = y.dimension() == 3 ? y.shape()[2] : 1;
@@ -897,7 +899,6 @@ std::string run_case(const options& opt, case_cfg cfg, std::ostream& log, bool j
         if (name == "ours_bf16") {
             std::size_t t = 1;
             impls.push_back(make_ours(c, budget, &t, *c.scorer_bf16, "ours_bf16"));
-            if (cfg.train) impls.back().skipped = "bf16 is inference only (training stays fp32)";
         }
         if (name == "gemm_bf16") impls.push_back(make_gemm_bf16(c, cfg.threads));
         if (name == "eigen_naive") impls.push_back(make_eigen_naive(c));
@@ -1132,8 +1133,10 @@ std::string run_case(const options& opt, case_cfg cfg, std::ostream& log, bool j
         }
         if (impl* o16 = find("ours_bf16")) {
             const double med16 = bb::median(o16->times), g16 = c.true_gflop / med16, r = ours_med / med16;
+            // Issue 40: inference >= 1.6x, a mixed-precision training step >= 1.4x.
+            const double want = c.cfg.train ? 1.4 : 1.6;
             md << "- ours_bf16: " << fmt("%.3f", med16) << " s, ours / ours_bf16 = **" << fmt("%.2fx", r)
-               << "** (target >= 1.6x" << (r >= 1.6 ? ")" : ", MISSED)") << "; " << fmt("%.1f", g16)
+               << "** (target >= " << fmt("%.1fx", want) << (r >= want ? ")" : ", MISSED)") << "; " << fmt("%.1f", g16)
                << " GFLOP/s of true work";
             summary.add("ours_bf16_median_seconds", med16).add("bf16_speedup", r).add("ours_bf16_gflops", g16);
             if (roof > 0) {

@@ -25,8 +25,12 @@
 //
 //   train_treebank_parser --train FILE --dev FILE [--epochs N] [--threads N]
 //       [--budget-mb X] [--out FILE] [--parse FILE]... [--width D] [--layers L]
-//       [--arc-hidden H] [--label-hidden H] [--seed S] [--lr LR] [--minutes M] [--quick]
+//       [--arc-hidden H] [--label-hidden H] [--seed S] [--lr LR] [--minutes M]
+//       [--precision fp32|bf16] [--compare-bf16] [--quick]
 //
+// --precision bf16 trains (and parses) with the scorers in bf16 (mixed
+// precision: bf16 products, fp32 master weights and gradients); run it
+// beside an fp32 run of the same seed for the learning curves.
 // With OpenMP, run it with OMP_WAIT_POLICY=passive on a shared machine:
 // spinning idle OpenMP threads halved parsing speed on a loaded 2-core box.
 // --quick trains a few seconds on the shipped EWT sample (the smoke test; the
@@ -91,6 +95,9 @@ struct options {
     std::uint64_t seed = 1;
     bool quick = false;
     bool compare_bf16 = false;  // after training: dev parsed in fp32 and in bf16, side by side
+    // The scorers' arithmetic, in training too (bf16: mixed precision, fp32
+    // master weights; the encoder stays fp32).
+    biaffine::compute_precision precision = biaffine::compute_precision::fp32;
 };
 
 [[noreturn]] void usage(const std::string& problem)
@@ -98,7 +105,7 @@ struct options {
     std::cerr << "train_treebank_parser: " << problem << "\n"
               << "usage: train_treebank_parser --train FILE --dev FILE [--epochs N] [--threads N] [--budget-mb X]\n"
                  "       [--out FILE] [--parse FILE]... [--width D] [--layers L] [--arc-hidden H] [--label-hidden H]\n"
-                 "       [--seed S] [--lr LR] [--minutes M] [--compare-bf16] [--quick]\n";
+                 "       [--seed S] [--lr LR] [--minutes M] [--precision fp32|bf16] [--compare-bf16] [--quick]\n";
     std::exit(2);
 }
 
@@ -136,6 +143,9 @@ options parse_args(int argc, char** argv)
         else if (a == "--budget-mb") o.budget_mb = real();
         else if (a == "--lr") o.lr = real();
         else if (a == "--minutes") o.minutes = real();
+        else if (a == "--precision" && (v == "fp32" || v == "bf16"))
+            o.precision = v == "bf16" ? biaffine::compute_precision::bf16 : biaffine::compute_precision::fp32;
+        else if (a == "--precision") usage("--precision takes fp32 or bf16, not " + v);
         else usage("unknown option " + a);
         if (end != nullptr && (v.empty() || *end != '\0')) usage("bad value for " + a + ": " + v);
     }
@@ -462,9 +472,10 @@ struct parser {
     biaffine::batch_options opts;
 
     static biaffine::scorer_config config(std::size_t n_in, std::size_t hidden, std::size_t labels, std::uint64_t seed,
-                                          double dropout)
+                                          double dropout, biaffine::compute_precision precision)
     {
         biaffine::scorer_config c;
+        c.precision = precision;
         c.n_in = n_in;
         c.hidden = hidden;
         c.labels = labels;
@@ -477,8 +488,8 @@ struct parser {
     parser(const vocab& voc, const options& o)
         : v(voc),
           enc(voc, o.width, o.layers, o.dropout, o.seed),
-          arc_scorer(config(o.width, o.arc_hidden, 1, o.seed + 1, o.dropout)),
-          label_scorer(config(o.width, o.label_hidden, voc.label_names.size(), o.seed + 2, o.dropout)),
+          arc_scorer(config(o.width, o.arc_hidden, 1, o.seed + 1, o.dropout, o.precision)),
+          label_scorer(config(o.width, o.label_hidden, voc.label_names.size(), o.seed + 2, o.dropout, o.precision)),
           budget(biaffine::budget::megabytes(o.budget_mb))
     {
     }
@@ -666,7 +677,11 @@ int main(int argc, char** argv)
               << "vocabulary " << v.word_count.size() << " words, " << v.upos.size() << " UPOS, " << v.label_names.size()
               << " relations; encoder width " << o.width << ", arc hidden " << o.arc_hidden << ", label hidden "
               << o.label_hidden << ", " << o.layers << " layers (dilations 1.."
-              << (1u << (o.layers - 1)) << "), threads " << o.threads << "\n"
+              << (1u << (o.layers - 1)) << "), threads " << o.threads << ", scorers in "
+              << (o.precision == biaffine::compute_precision::bf16
+                      ? std::string("bf16 (") + biaffine::detail::scorer_bf16_train::math_name() + ")"
+                      : std::string("fp32"))
+              << "\n"
               << std::fixed << std::setprecision(2) << "baselines on dev: left neighbour UAS " << left
               << ", right neighbour UAS " << right << "\n";
     log.checkpoint("treebank read");

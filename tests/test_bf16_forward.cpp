@@ -18,6 +18,7 @@
 #include <biaffine/scorer.hpp>
 
 #include "bf16_reference.hpp"
+#include "bf16_scorer.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -188,23 +189,8 @@ TEST_CASE("bf16 forward: the reference reads the scorer's layout (fp32 bound, th
     // bounds the scorer's fp32 predict: if the reference misread which side
     // is the head or how W is laid out, this would fail by far.
     for (const auto& p : cases()) {
-        scorer_config cfg;
-        cfg.n_in = p.d.n_in;
-        cfg.hidden = p.d.hidden;
-        cfg.labels = p.d.labels;
-        cfg.bias_u = p.d.bias_u;
-        cfg.bias_v = p.d.bias_v;
-        biaffine_scorer<float> s(cfg);
-        s.initialize(1);
-        auto params = s.parameters();
-        std::copy(p.wh.begin(), p.wh.end(), params[0].data);
-        std::copy(p.bh.begin(), p.bh.end(), params[1].data);
-        std::copy(p.wd.begin(), p.wd.end(), params[2].data);
-        std::copy(p.bd.begin(), p.bd.end(), params[3].data);
-        std::copy(p.w.begin(), p.w.end(), params[4].data);
-        std::vector<seq_view<const float>> items;
-        for (std::size_t k = 0; k < p.lengths.size(); ++k)
-            items.push_back({p.x[k].data(), p.lengths[k], p.d.n_in, static_cast<std::ptrdiff_t>(p.d.n_in), 1});
+        const auto s = bf16_test::scorer_of(p, bf16_test::config_of(p));
+        const auto items = bf16_test::items_of(p);
         const auto Y = s.predict(items);
         std::size_t out = 0;
         for (std::size_t k = 0; k < p.lengths.size(); ++k) {

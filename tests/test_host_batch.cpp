@@ -129,7 +129,7 @@ bool same_lists(const V& a, const V& b)
 
 TEST_CASE("host_batch holds no weights until prepared, then the ones it was given", "[host_batch]")
 {
-    const detail::scorer_dims d{12, 7, 3, true, true};
+    const detail::scorer_dims d{12, 7, 3, true, true, false};
     detail::scorer_backend<float> b(d);
     CHECK(b.prepared_version() == 0);
     CHECK(b.weights().w == nullptr);

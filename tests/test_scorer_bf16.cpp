@@ -8,6 +8,7 @@
 #include <biaffine/biaffine.hpp>
 
 #include "bf16_reference.hpp"
+#include "bf16_scorer.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -16,6 +17,7 @@
 
 using namespace biaffine;
 using bf16_test::bf16_reference;
+using bf16_test::items_of;
 using bf16_test::make_problem;
 using bf16_test::problem;
 
@@ -23,32 +25,9 @@ namespace {
 
 biaffine_scorer<float> scorer_of(const problem& p, compute_precision prec)
 {
-    scorer_config cfg;
-    cfg.n_in = p.d.n_in;
-    cfg.hidden = p.d.hidden;
-    cfg.labels = p.d.labels;
-    cfg.bias_u = p.d.bias_u;
-    cfg.bias_v = p.d.bias_v;
+    scorer_config cfg = bf16_test::config_of(p);
     cfg.precision = prec;
-    biaffine_scorer<float> s(cfg);
-    const auto tensor_of = [](const std::vector<float>& v, std::vector<std::size_t> shape) {
-        xt::xarray<float> a = xt::adapt(v, shape);
-        return a;
-    };
-    s.set_parameter("head_weight", tensor_of(p.wh, {p.d.hidden, p.d.n_in}));
-    s.set_parameter("head_bias", tensor_of(p.bh, {p.d.hidden}));
-    s.set_parameter("dependent_weight", tensor_of(p.wd, {p.d.hidden, p.d.n_in}));
-    s.set_parameter("dependent_bias", tensor_of(p.bd, {p.d.hidden}));
-    s.set_parameter("bilinear_weight", tensor_of(p.w, {p.d.labels, p.d.hu(), p.d.hv()}));
-    return s;
-}
-
-std::vector<seq_view<const float>> items_of(const problem& p)
-{
-    std::vector<seq_view<const float>> items;
-    for (std::size_t k = 0; k < p.lengths.size(); ++k)
-        items.push_back({p.x[k].data(), p.lengths[k], p.d.n_in, static_cast<std::ptrdiff_t>(p.d.n_in), 1});
-    return items;
+    return bf16_test::scorer_of(p, cfg);
 }
 
 std::vector<std::vector<int>> heads_of(const problem& p)
@@ -200,8 +179,9 @@ TEST_CASE("bf16 inference: the cost it reports is what it takes", "[scorer_bf16]
         CHECK(sp.work_peak_bytes() == s0.current_bytes - s0.output_bytes);
         CHECK(tracker().stats().output_bytes == s0.output_bytes);
     }
-    // The bf16 copy of the weights is allocated with the scorer: what a bf16
-    // scorer holds beyond an fp32 one is exactly its size.
+    // The bf16 copies of the weights (inference's, and training's in the
+    // backend) are allocated with the scorer: what a bf16 scorer holds
+    // beyond an fp32 one is exactly their size.
     scorer_config cfg;
     cfg.n_in = p.d.n_in;
     cfg.hidden = p.d.hidden;
@@ -214,9 +194,10 @@ TEST_CASE("bf16 inference: the cost it reports is what it takes", "[scorer_bf16]
     }
     cfg.precision = compute_precision::bf16;
     biaffine_scorer<float> b(cfg);
+    const biaffine::detail::scorer_dims d{cfg.n_in, cfg.hidden, cfg.labels, cfg.bias_u, cfg.bias_v, true};
     CHECK(tracker().current_bytes() - b0 - fp32_bytes ==
-          biaffine::detail::scorer_bf16_forward::weights_bytes(biaffine::detail::scorer_dims{
-              cfg.n_in, cfg.hidden, cfg.labels, cfg.bias_u, cfg.bias_v}));
+          biaffine::detail::scorer_bf16_forward::weights_bytes(d) +
+              biaffine::detail::scorer_bf16_train::weights::reserved_bytes(d));
 }
 
 TEST_CASE("bf16 inference: the packed weights follow every parameter change", "[scorer_bf16]")

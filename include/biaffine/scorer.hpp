@@ -71,7 +71,10 @@ enum class compute_precision {
     /// bf16 operands (inputs, weights, U, V, T rounded to nearest even), fp32
     /// sums, bias, ReLU and outputs: AMX tiles or VDPBF16PS where the build
     /// targets them, else emulated on the fp32 kernels (same rounding points;
-    /// detail/compute/bf16_forward.hpp). Training (forward*) stays fp32.
+    /// detail/compute/bf16_forward.hpp). Training (forward*) runs the
+    /// batch-wide products (projections, U W', their backward) on bf16
+    /// operands with fp32 master weights, gradients and per-split products
+    /// (detail/compute/bf16_train.hpp).
     bf16
 };
 
@@ -465,7 +468,8 @@ private:
     // What the compute backend sees of this scorer.
     detail::scorer_dims dims() const noexcept
     {
-        return {cfg_.n_in, cfg_.hidden, cfg_.labels, cfg_.bias_u, cfg_.bias_v};
+        return {cfg_.n_in, cfg_.hidden, cfg_.labels, cfg_.bias_u, cfg_.bias_v,
+                std::is_same<T, float>::value && cfg_.precision == compute_precision::bf16};
     }
     detail::weights_ref<T> weights() const noexcept
     {

@@ -66,7 +66,9 @@ def biaffine_scorer(n_in, hidden=128, labels=1, *, bias_u=True, bias_v=True, dro
     (float32 only) runs inference (predict*, the padded calls) on bf16
     operands with fp32 sums and fp32 outputs: AMX tiles on the amxbf16
     variant, else emulated (``info()["backends"]["float32"]["bf16"]`` says
-    which); training forwards stay fp32. Returns a
+    which); training forwards run the batch-wide products (projections,
+    ``U W'``, their backward) on bf16 operands too, with float32 master
+    weights, gradients and per-split products (mixed precision). Returns a
     ``biaffine_scorer_float32`` or ``biaffine_scorer_float64``.
     """
     import numpy as np

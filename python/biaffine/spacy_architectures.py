@@ -22,7 +22,8 @@ that installs beside spaCy 3.7):
 Extra arguments: ``budget_megabytes`` (the C++ batcher's byte budget per
 batch, MiB, float), ``threads`` (prediction) and ``precision`` ("fp32", or
 "bf16": prediction on bf16 operands with fp32 sums, on AMX tiles where the
-wheel's amxbf16 variant runs; training stays fp32). ``mixed_precision`` and
+wheel's amxbf16 variant runs; training in mixed precision: bf16 products,
+float32 weights and gradients). ``mixed_precision`` and
 ``grad_scaler`` are accepted for config compatibility; they configure
 PyTorch's automatic mixed precision, which does not exist here (the scorer
 computes in float32 on the CPU), so setting them warns and changes nothing.

@@ -160,7 +160,8 @@ def BiaffineScorer(
     the reference does (``train_outputs="probabilities"``), or the logits
     (``"logits"``, for ``biaffine.cross_entropy_heads``); prediction outputs
     logits. ``precision="bf16"`` (float32) predicts on bf16 operands with
-    fp32 sums (see ``biaffine.biaffine_scorer``); training stays fp32.
+    fp32 sums (see ``biaffine.biaffine_scorer``), and trains in mixed
+    precision (bf16 products, float32 weights and gradients).
     """
     return _scorer_model("biaffine_scorer", _scorer_forward, _scorer_init, nO, nI, hidden_width=hidden_width,
                          dropout=dropout, bias_u=bias_u, bias_v=bias_v, seed=seed, dtype=dtype,

@@ -485,14 +485,14 @@ private:
 template <class T>
 using scorer_t = biaffine::biaffine_scorer<T>;
 
-// The scorer of an inference call. Python holds numpy views of the
-// parameters (parameters(), Thinc's params) and writes through them without
-// the scorer seeing it, so a bf16 scorer's rounded copy of the weights is made
-// again for every call from Python (parameters_changed(); a pass over the
-// weights, small beside a call's products); fp32 reads the parameters
-// themselves.
+// The scorer of a call that computes (inference or a training forward).
+// Python holds numpy views of the parameters (parameters(), Thinc's params)
+// and writes through them without the scorer seeing it, so a bf16 scorer's
+// rounded copies of the weights are made again for every call from Python
+// (parameters_changed(); a pass over the weights, small beside a call's
+// products); fp32 reads the parameters themselves.
 template <class T>
-scorer_t<T>& inference_scorer(py::object& self)
+scorer_t<T>& called_scorer(py::object& self)
 {
     auto& s = self.cast<scorer_t<T>&>();
     if (s.config().precision == biaffine::compute_precision::bf16) s.parameters_changed();
@@ -607,7 +607,7 @@ template <class T>
 py::list predict(py::object self, const py::handle& docs, const py::handle& lengths, const py::object& budget,
                  long long threads, long long buffer, const std::string& oversize, bool pad, const std::string& output)
 {
-    auto& s = inference_scorer<T>(self);
+    auto& s = called_scorer<T>(self);
     const output_dtype out = read_output<T>(output, "predict");
     call_args<T> a("predict", docs, lengths, nullptr, budget, threads, buffer, oversize, pad);
     if constexpr (std::is_same<T, float>::value) {
@@ -661,7 +661,7 @@ void predict_stream(py::object self, const py::handle& docs, const py::handle& l
                     const py::object& budget, long long threads, long long buffer, const std::string& oversize,
                     bool pad)
 {
-    auto& s = inference_scorer<T>(self);
+    auto& s = called_scorer<T>(self);
     call_args<T> a("predict_stream", docs, lengths, nullptr, budget, threads, buffer, oversize, pad);
     const std::size_t labels = s.labels();
     auto sink = [&](std::size_t split, std::size_t doc, biaffine::score_view<const T> v) {
@@ -686,7 +686,7 @@ py::list predict_heads(py::object self, const py::handle& docs, const py::handle
                        const py::object& budget, long long threads, long long buffer, const std::string& oversize,
                        bool pad, const std::string& output)
 {
-    auto& s = inference_scorer<T>(self);
+    auto& s = called_scorer<T>(self);
     const output_dtype out = read_output<T>(output, "predict_heads");
     call_args<T> a("predict_heads", docs, lengths, &heads, budget, threads, buffer, oversize, pad);
     if constexpr (std::is_same<T, float>::value) {
@@ -705,7 +705,7 @@ void predict_heads_stream(py::object self, const py::handle& docs, const py::han
                           const py::handle& heads, const py::function& callback, const py::object& budget,
                           long long threads, long long buffer, const std::string& oversize, bool pad)
 {
-    auto& s = inference_scorer<T>(self);
+    auto& s = called_scorer<T>(self);
     call_args<T> a("predict_heads_stream", docs, lengths, &heads, budget, threads, buffer, oversize, pad);
     auto sink = [&](std::size_t split, std::size_t doc, biaffine::seq_view<const T> v) {
         call_with_view<T>(callback, split, doc, v.data,
@@ -730,7 +730,7 @@ py::tuple forward_any(py::object self, const py::handle& docs, const py::handle&
     using View = std::conditional_t<Heads, biaffine::seq_view<const T>, biaffine::score_view<const T>>;
     using bp_t = py_backprop<T, View>;
     const char* where = Heads ? "forward_heads" : "forward";
-    auto& s = self.cast<scorer_t<T>&>();
+    auto& s = called_scorer<T>(self);
     call_args<T> a(where, docs, lengths, Heads ? &heads : nullptr, budget, threads, buffer, oversize, pad);
     const biaffine::mode md = train ? biaffine::mode::train : biaffine::mode::eval;
     biaffine::score_list<T> Y;
@@ -786,7 +786,7 @@ std::vector<double> time_cpp(py::object self, const std::string& kind, const py:
                              const py::handle& lengths, const py::object& heads, const py::object& dY,
                              const py::object& budget, long long threads, int reps)
 {
-    auto& s = inference_scorer<T>(self);
+    auto& s = called_scorer<T>(self);
     call_args<T> a("time_cpp", docs, lengths, heads.is_none() ? nullptr : &heads, budget, threads, 256, "run_alone",
                    false);
     std::vector<py::array_t<T>> keep;
@@ -865,7 +865,7 @@ xt::xtensor<std::int64_t, 2> padded_heads(const py::handle& heads, const std::ar
 template <class T>
 py::array predict_padded(py::object self, const py::handle& x, const std::vector<std::int64_t>& lengths)
 {
-    auto& s = inference_scorer<T>(self);
+    auto& s = called_scorer<T>(self);
     auto [a, shape] = padded_input<T>(x, "predict_padded");
     auto xv = xt::adapt(a.data(), static_cast<std::size_t>(a.size()), xt::no_ownership(), shape);
     biaffine::score_array<T> y;
@@ -880,7 +880,7 @@ template <class T>
 py::array predict_heads_padded(py::object self, const py::handle& x, const std::vector<std::int64_t>& lengths,
                                const py::handle& heads)
 {
-    auto& s = inference_scorer<T>(self);
+    auto& s = called_scorer<T>(self);
     auto [a, shape] = padded_input<T>(x, "predict_heads_padded");
     auto xv = xt::adapt(a.data(), static_cast<std::size_t>(a.size()), xt::no_ownership(), shape);
     const auto h = padded_heads(heads, shape);
@@ -897,7 +897,7 @@ template <class T>
 py::tuple forward_padded_any(py::object self, const py::handle& x, const std::vector<std::int64_t>& lengths,
                              const py::handle& heads, bool train, const char* where)
 {
-    auto& s = self.cast<scorer_t<T>&>();
+    auto& s = called_scorer<T>(self);
     auto [a, shape] = padded_input<T>(x, where);
     auto xv = xt::adapt(a.data(), static_cast<std::size_t>(a.size()), xt::no_ownership(), shape);
     const bool with_heads = !heads.is_none();

@@ -94,11 +94,10 @@ inline void store_block(const float* buf, std::size_t rows, std::size_t cols, co
                                          (__m256i)_mm512_cvtneps_pbh(y));
                 continue;
             }
-            if (round) {
-                const __m256i b = (__m256i)_mm512_cvtneps_pbh(y);
-                y = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, b), 16));  // maskz: g++ 12 warns on the plain forms
-            }
-            _mm512_mask_storeu_ps(c + static_cast<std::ptrdiff_t>(r) * ldc + 16 * h, m[h], y);
+            float* out = c + static_cast<std::ptrdiff_t>(r) * ldc + 16 * h;
+            if (ep.accumulate) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m[h], out));
+            if (round || ep.round) y = zmm_bf16::bf16_values(y);
+            _mm512_mask_storeu_ps(out, m[h], y);
         }
     }
 }

@@ -23,6 +23,26 @@
 #include "biaffine/abi.hpp"
 #include "biaffine/detail/compute/avx512_bf16.hpp"
 
+BIAFFINE_NAMESPACE_BEGIN
+namespace detail {
+
+/// What bf16_gemm does with a block of results: + bias [M] (or none),
+/// ReLU (NaN kept), then stored as fp32 (`c`, row stride ldc floats) or, with
+/// `c16` set, rounded to bf16 (row stride ldc16 bf16 elements: e.g. rows
+/// that feed the next bf16 product, packed as pack_bf16_rows packs them).
+struct bf16_gemm_epilogue {
+    const float* bias = nullptr;
+    bool relu = false;
+    /// fp32 out only: add to what `c` holds (gradients summed over chunks
+    /// of tokens), and round the stored value to a bf16 value (activations
+    /// that are the next product's operands; bf16_train.hpp).
+    bool accumulate = false;
+    bool round = false;
+};
+
+}  // namespace detail
+BIAFFINE_NAMESPACE_END
+
 // Its stores need AVX512BW and VL too (a unit built with -mavx512bf16 over
 // an AVX2 -march has neither).
 #if BIAFFINE_DETAIL_ZMM_BF16 && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -85,14 +105,6 @@ inline void bf16_gemm_pack_b(const float* b, std::ptrdiff_t rs, std::ptrdiff_t c
         K, M, out, depth);
 }
 
-/// What bf16_gemm does with a block of results: + bias [M] (or none),
-/// ReLU (NaN kept), then stored as fp32 (`c`, row stride ldc floats) or, with
-/// `c16` set, rounded to bf16 (row stride ldc16 bf16 elements: e.g. rows
-/// that feed the next bf16 product, packed as pack_bf16_rows packs them).
-struct bf16_gemm_epilogue {
-    const float* bias = nullptr;
-    bool relu = false;
-};
 
 namespace zmm_bf16 {
 
@@ -102,6 +114,13 @@ namespace zmm_bf16 {
     std::int32_t v;
     std::memcpy(&v, a + 2 * p, sizeof v);
     return (__m512bh)_mm512_set1_epi32(v);
+}
+
+// Each lane rounded to nearest even to the float of a bf16 value.
+[[gnu::always_inline]] inline __m512 bf16_values(__m512 y)
+{
+    const __m256i b = (__m256i)_mm512_cvtneps_pbh(y);
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, b), 16));  // maskz: g++ 12 warns on the plain forms
 }
 
 template <int R>
@@ -133,6 +152,14 @@ template <int R>
             if (m1 != 0) _mm256_mask_storeu_epi16(row + 16, m1, (__m256i)_mm512_cvtneps_pbh(y1));
         } else {
             float* row = c + r * ldc;
+            if (ep.accumulate) {
+                y0 = _mm512_add_ps(y0, _mm512_maskz_loadu_ps(m0, row));
+                y1 = _mm512_add_ps(y1, _mm512_maskz_loadu_ps(m1, row + 16));
+            }
+            if (ep.round) {
+                y0 = bf16_values(y0);
+                y1 = bf16_values(y1);
+            }
             _mm512_mask_storeu_ps(row, m0, y0);
             if (m1 != 0) _mm512_mask_storeu_ps(row + 16, m1, y1);
         }

@@ -11,6 +11,11 @@
 // device backend implements these batch-level operations itself (one
 // grouped call where this layer loops; tests/cuda/backend_skeleton.cu).
 //
+// compute_precision::bf16 (float scorers; dims().bf16): the batch-wide
+// products - projections, U W' and their backward - run on bf16_train.hpp
+// rather than Ops, the per-split products, softmax and dropout on Ops in
+// fp32 as ever.
+//
 // State: the weights the backend has prepared (weights_slot), tagged with
 // the scorer's parameter version. The scorer calls prepare(version, w)
 // whenever its version differs from prepared_version(); CPU backends keep
@@ -29,6 +34,7 @@
 
 #include "biaffine/config.hpp"
 #include "biaffine/detail/checked.hpp"
+#include "biaffine/detail/compute/bf16_train.hpp"
 #include "biaffine/detail/compute/eigen_backend.hpp"
 #include "biaffine/detail/compute/interface.hpp"
 #include "biaffine/detail/compute/operands.hpp"
@@ -120,7 +126,12 @@ public:
     /// cost model counts it).
     static constexpr bool reads_items = Ops::reads_items;
 
-    explicit host_batch(const scorer_dims& d) : d_(d) {}
+    explicit host_batch(const scorer_dims& d) : d_(d)
+    {
+        if constexpr (can_bf16) {
+            if (d.bf16) w16_.reserve(d);  // with the scorer: a training step allocates none of it
+        }
+    }
 
     const scorer_dims& dims() const noexcept { return d_; }
 
@@ -133,7 +144,12 @@ public:
     /// call).
     void prepare(std::uint64_t version, const weights_ref<T>& w)
     {
-        slot_.update(version, [&] { slot_.w = w; });
+        slot_.update(version, [&] {
+            slot_.w = w;
+            if constexpr (can_bf16) {
+                if (bf16()) w16_.pack(w);
+            }
+        });
     }
     /// The weights prepare() took.
     const weights_ref<T>& weights() const noexcept { return slot_.w; }
@@ -146,10 +162,23 @@ public:
 
     // ------------------------------------------------------------ sizes
 
-    std::size_t packed_elements(std::size_t max_len) const noexcept { return Ops::packed_elements(d_, max_len); }
+    std::size_t packed_elements(std::size_t max_len) const noexcept
+    {
+        const std::size_t ops = Ops::packed_elements(d_, max_len);
+        if constexpr (can_bf16) {
+            if (bf16()) return std::max(ops, elements_of(bf16_train_ops::forward_bytes(d_)));
+        }
+        return ops;
+    }
     std::size_t train_packed_elements(std::size_t max_len, std::size_t rows) const noexcept
     {
-        return Ops::train_packed_elements(d_, max_len, rows);
+        const std::size_t ops = Ops::train_packed_elements(d_, max_len, rows);
+        if constexpr (can_bf16) {
+            if (bf16()) {
+                return std::max({ops, packed_elements(max_len), elements_of(bf16_train_ops::scratch_bytes(d_, rows))});
+            }
+        }
+        return ops;
     }
     /// Rows of T inference holds at once (the backend's group, or the batch).
     std::size_t eval_t_rows(std::size_t N, std::size_t max_len) const noexcept
@@ -163,6 +192,12 @@ public:
     template <class Items>
     void project(const Items& X, const std::size_t* off, std::size_t N, T* u, T* v, T* packed) const
     {
+        if constexpr (can_bf16) {
+            if (bf16()) {
+                bf16_train_ops::project(d_, w16_, slot_.w, X, N, u, v, packed);
+                return;
+            }
+        }
         if constexpr (Ops::reads_items) {
             Ops::project_items(d_, slot_.w, X, off, N, u, v, packed);
         } else {
@@ -196,6 +231,12 @@ public:
     void bilinear_left(const T* u, std::size_t N, T* t, T* packed) const
     {
         if (N == 0) return;  // no products for empty splits (see eigen_backend)
+        if constexpr (can_bf16) {
+            if (bf16()) {
+                bf16_train_ops::left(d_, w16_, u, N, t, packed);
+                return;
+            }
+        }
         Ops::bilinear_left(d_, slot_.w.w, u, N, t, packed);
     }
 
@@ -241,6 +282,11 @@ public:
             // scored from no rows of T.
             if (off[count] == 0) {
                 for (std::size_t k = 0; k < count; ++k) split(k, static_cast<const T*>(nullptr), packed);
+                return;
+            }
+            if (bf16() && keep_t) {  // T for every row in bf16, then the splits on Ops in fp32
+                bilinear_left(u, off[count], t, packed);
+                for (std::size_t k = 0; k < count; ++k) split(k, static_cast<const T*>(t + off[k] * o * hv), packed);
                 return;
             }
             Ops::bilinear_scores(d_, slot_.w.w, u, off, count, t, keep_t, packed, split);
@@ -340,17 +386,32 @@ public:
                               T* packed) const
     {
         if (N == 0) return;
-        // The input backward gathers X into xp where Ops cannot read the splits in place.
-        scratch<T> xp(reads_items ? 0 : packed_count_of("packed input", N, d_.n_in));
-        Ops::bilinear_left_backward(d_, slot_.w.w, u, N, dt, du, g.w, packed);
         // Through relu and dropout (a unit passed gradient iff it came out
         // positive, scaled like the kept units), then the projections.
         const T scale = rate > 0.0 ? static_cast<T>(1.0 / (1.0 - rate)) : T(1);
         const relu_ref<T> a{u, v, scale};
+        if constexpr (can_bf16) {
+            if (bf16()) {
+                bf16_train_ops::left_backward(d_, w16_, u, N, dt, du, g.w, packed);
+                bf16_train_ops::input_backward(d_, w16_, g, X, N, a, du, dv, packed, dX);
+                return;
+            }
+        }
+        // The input backward gathers X into xp where Ops cannot read the splits in place.
+        scratch<T> xp(reads_items ? 0 : packed_count_of("packed input", N, d_.n_in));
+        Ops::bilinear_left_backward(d_, slot_.w.w, u, N, dt, du, g.w, packed);
         Ops::input_backward(d_, slot_.w, g, X, off, N, a, du, dv, xp.data(), packed, dX);
     }
 
+    /// Whether the batch-wide products run in bf16 (bf16_train.hpp).
+    bool bf16() const noexcept { return can_bf16 && d_.bf16; }
+
 private:
+    static constexpr bool can_bf16 = std::is_same<T, float>::value;
+    using bf16_train_ops = scorer_bf16_train;
+    struct no_bf16_weights {};
+    static std::size_t elements_of(std::size_t bytes) noexcept { return (bytes + sizeof(T) - 1) / sizeof(T); }
+
     static std::size_t packed_count_of(const char* what, std::uint64_t rows, std::size_t cols)
     {
         return to_index_size(checked_product(what, rows, cols, sizeof(T)), what) / sizeof(T);
@@ -376,6 +437,8 @@ private:
 
     scorer_dims d_;
     weights_slot<T> slot_;
+    // The weights in bf16 (bf16()): packed with each parameter version.
+    std::conditional_t<can_bf16, typename bf16_train_ops::weights, no_bf16_weights> w16_;
 };
 
 }  // namespace detail

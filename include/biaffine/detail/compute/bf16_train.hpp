@@ -1,0 +1,487 @@
+// biaffine/detail/compute/bf16_train.hpp - a float scorer's training in bf16
+// (scorer_config::precision = compute_precision::bf16): the batch-wide
+// products host_batch runs - both projections, U W' and the backward of
+// each - on bf16 operands with fp32 accumulation. The parameters (the master
+// copy the optimiser updates) and every gradient stay fp32; the per-split
+// products, the softmax and the losses stay fp32.
+//
+// Rounding points (to nearest even), the inference path's (bf16_forward.hpp)
+// in the forward and their counterparts backward:
+//   forward   X, Wh, Wd and W as they are read; U = round(relu(X Wh^T + bh))
+//             and V likewise (bias and ReLU in fp32); T = round(U W' + W's
+//             bias row). The per-split scores are fp32 products of those
+//             values, so a training forward gives predict's bf16 scores.
+//   backward  dT, rounded, times W'^T -> dU; U^T times dT (both rounded)
+//             -> dW' (W's bias row of U's ones column: fp32 column sums of
+//             dT); dZ = relu'(dU | dV) (fp32), rounded, times [Wh; Wd] ->
+//             dX and its transpose times X (rounded) -> dWh, dWd; dbh, dbd
+//             fp32 sums. Results are fp32 and summed in fp32 over chunks.
+// Rounding is the identity to backward (straight through), as mixed
+// precision training usually treats it.
+//
+// The products run on the Math of bf16_forward.hpp: AMX tiles (amx_gemm;
+// bf16_gemm where Linux withholds the tiles), VDPBF16PS (bf16_gemm) or, on
+// every other CPU, the same rounding with the rounded values kept as floats
+// and Eigen's fp32 GEMM (bf16 x bf16 products are exact in fp32).
+//
+// The weight gradients' products sum over tokens: their operands are packed
+// with the tokens as the depth, a chunk of grad_rows tokens at a time (U^T,
+// dZ^T transposed into bf16 rows; dT and X in pair panels, two tokens to a
+// 32-bit lane), so the scratch is bounded by the chunk, not the batch.
+#pragma once
+
+#include "biaffine/abi.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "biaffine/bfloat16.hpp"
+#include "biaffine/detail/checked.hpp"
+#include "biaffine/detail/compute/bf16_forward.hpp"
+#include "biaffine/detail/compute/operands.hpp"
+#include "biaffine/detail/eigen.hpp"
+#include "biaffine/layer.hpp"
+#include "biaffine/tensor.hpp"
+#include "biaffine/workspace.hpp"
+
+BIAFFINE_NAMESPACE_BEGIN
+namespace detail {
+
+template <class Math>
+struct bf16_train {
+    using E = typename Math::in_elem;
+    static constexpr bool native = !std::is_same<E, float>::value;
+    /// Rows read past the last of an A operand (AMX reads whole tiles).
+    static constexpr std::size_t slack = 32;
+    /// Rows of a forward chunk (X, then U, in bf16 rows).
+    static constexpr std::size_t fwd_rows = 256;
+    /// Tokens of a weight-gradient chunk (a multiple of 32: AMX's depth step).
+    static constexpr std::size_t grad_rows = 1024;
+    /// Bytes of dT's rows in bf16 that dU = dT W'^T converts at once.
+    static constexpr std::size_t du_bytes = std::size_t(2) << 20;
+
+    /// What run() reports as the products' arithmetic.
+    static const char* math_name() noexcept { return Math::active(); }
+
+    /// The weights as the products read them, packed once per parameter
+    /// version (pack); allocated with the scorer (reserve), so a training
+    /// step allocates none of them.
+    struct weights {
+        weights() = default;
+        // A copy reserves the same bytes (its owner's step allocates none)
+        // and packs on its owner's first prepare.
+        weights(const weights& o) { reserve(o.d); }
+        weights& operator=(const weights& o)
+        {
+            if (this != &o) reserve(o.d);
+            return *this;
+        }
+
+        scorer_dims d{};
+        tracked_vector<E> wh, wd;  ///< B of X Wh^T, X Wd^T: [n_in, h]
+        tracked_vector<E> w;       ///< B of U W': [h, o hv]
+        tracked_vector<E> w_t;     ///< B of dT W'^T: [o hv, h]
+        tracked_vector<E> w_in;    ///< B of dZ [Wh; Wd]: [2h, n_in]
+        tracked_vector<float> t_bias;  ///< [o hv]: W's last row per label (bias_u), rounded
+
+        void reserve(const scorer_dims& dims)
+        {
+            d = dims;
+            const std::size_t h = d.hidden, n_in = d.n_in, ldt = checked_size(d.labels, d.hv());
+            wh.reserve(Math::packed_size(n_in, h));
+            wd.reserve(Math::packed_size(n_in, h));
+            w.reserve(Math::packed_size(h, ldt));
+            w_t.reserve(Math::packed_size(ldt, h));
+            w_in.reserve(Math::packed_size(2 * h, n_in));
+            t_bias.reserve(d.bias_u ? ldt : 0);
+        }
+        void pack(const weights_ref<float>& p)
+        {
+            const std::size_t h = d.hidden, n_in = d.n_in, hu = d.hu(), hv = d.hv(), ldt = d.labels * hv;
+            Math::pack_b([&](std::size_t k, std::size_t m) { return p.wh[m * n_in + k]; }, n_in, h, wh);
+            Math::pack_b([&](std::size_t k, std::size_t m) { return p.wd[m * n_in + k]; }, n_in, h, wd);
+            const auto w_at = [&](std::size_t r, std::size_t m) { return p.w[((m / hv) * hu + r) * hv + m % hv]; };
+            Math::pack_b(w_at, h, ldt, w);
+            Math::pack_b([&](std::size_t k, std::size_t i) { return w_at(i, k); }, ldt, h, w_t);
+            Math::pack_b(
+                [&](std::size_t j, std::size_t m) { return j < h ? p.wh[j * n_in + m] : p.wd[(j - h) * n_in + m]; },
+                2 * h, n_in, w_in);
+            t_bias.clear();
+            if (d.bias_u) {
+                for (std::size_t m = 0; m < ldt; ++m) t_bias.push_back(round_to_bfloat16(w_at(h, m)));
+            }
+        }
+        /// Bytes reserve(d) allocates (a bf16 scorer holds them beside its
+        /// inference copy, bf16_forward's weights_bytes).
+        static std::size_t reserved_bytes(const scorer_dims& d)
+        {
+            const std::size_t h = d.hidden, n_in = d.n_in, ldt = checked_size(d.labels, d.hv());
+            const std::size_t e = 2 * Math::packed_size(n_in, h) + Math::packed_size(h, ldt) +
+                                  Math::packed_size(ldt, h) + Math::packed_size(2 * h, n_in);
+            return e * sizeof(E) + (d.bias_u ? ldt : 0) * sizeof(float);
+        }
+    };
+
+    // ------------------------------------------------------------ scratch
+
+    /// Tokens of a weight-gradient chunk for a batch of `rows` rows.
+    static std::size_t grad_chunk(std::size_t rows) noexcept
+    {
+        return std::min(grad_rows, (std::max<std::size_t>(rows, 1) + 31) / 32 * 32);
+    }
+    /// Rows of dT that dU = dT W'^T converts at once.
+    static std::size_t du_chunk(const scorer_dims& d) noexcept
+    {
+        const std::size_t row = Math::depth(d.labels * d.hv()) * sizeof(E);
+        return std::clamp<std::size_t>(du_bytes / row / 32 * 32, 32, grad_rows);
+    }
+    /// Bytes of scratch the forward (project, left) uses.
+    static std::size_t forward_bytes(const scorer_dims& d) noexcept
+    {
+        const std::size_t width = std::max(Math::depth(d.n_in), Math::depth(d.hidden));
+        return region((fwd_rows + slack) * width * sizeof(E));
+    }
+    /// Bytes of scratch every call uses for a batch of up to `rows` rows.
+    static std::size_t scratch_bytes(const scorer_dims& d, std::size_t rows) noexcept
+    {
+        const std::size_t h = d.hidden, n_in = d.n_in, G = grad_chunk(rows), ldt = d.labels * d.hv();
+        const std::size_t du = region((du_chunk(d) + slack) * Math::depth(ldt) * sizeof(E));
+        const std::size_t dw = region((h + slack) * G * sizeof(E)) + region(Math::packed_size(G, d.hv()) * sizeof(E));
+        const std::size_t in = region(G * 2 * h * sizeof(float)) + region((h + slack) * G * sizeof(E)) +
+                               region(Math::packed_size(G, n_in) * sizeof(E)) +
+                               region((G + slack) * Math::depth(2 * h) * sizeof(E)) +
+                               region(G * n_in * sizeof(float)) + region(G * sizeof(const float*));
+        return std::max({forward_bytes(d), du, dw, in}) + 64;  // + the alignment of the first region
+    }
+
+    // ------------------------------------------------------------ forward
+
+    /// u [N, hu] = round(relu(X Wh^T + bh)) | 1, v [N, hv] likewise, from
+    /// the splits X (any strides).
+    template <class Items>
+    static void project(const scorer_dims& d, const weights& w, const weights_ref<float>& p, const Items& X,
+                        std::size_t N, float* u, float* v, void* scratch)
+    {
+        if (N == 0) return;
+        const std::size_t h = d.hidden, dx = Math::depth(d.n_in), hu = d.hu(), hv = d.hv();
+        carve c(scratch);
+        E* xb = c.template take<E>((fwd_rows + slack) * dx);
+        auto rows_of = walk_rows([&](std::size_t k) { return read_only(X[k]); });
+        const bf16_gemm_epilogue eu{p.bh, true, false, true}, ev{p.bd, true, false, true};
+        for (std::size_t r0 = 0; r0 < N; r0 += fwd_rows) {
+            const std::size_t rn = std::min(fwd_rows, N - r0);
+            for (std::size_t q = 0; q < rn;) {
+                const auto run = rows_of.take(rn - q);
+                Math::round_rows(run.x.rows_view(run.first, run.rows), xb + q * dx, dx);
+                q += run.rows;
+            }
+            product(xb, dx, rn, d.n_in, w.wh.data(), h, eu, u + r0 * hu, hu);
+            product(xb, dx, rn, d.n_in, w.wd.data(), h, ev, v + r0 * hv, hv);
+            for (std::size_t r = r0; r < r0 + rn; ++r) {
+                if (d.bias_u) u[r * hu + h] = 1.0f;
+                if (d.bias_v) v[r * hv + h] = 1.0f;
+            }
+        }
+    }
+
+    /// t [N, o hv] = round(U W' (+ W's bias row)): U's first h columns (its
+    /// ones column is the bias).
+    static void left(const scorer_dims& d, const weights& w, const float* u, std::size_t N, float* t, void* scratch)
+    {
+        const std::size_t h = d.hidden, du = Math::depth(h), hu = d.hu(), ldt = d.labels * d.hv();
+        carve c(scratch);
+        E* ub = c.template take<E>((fwd_rows + slack) * du);
+        const bf16_gemm_epilogue ep{d.bias_u ? w.t_bias.data() : nullptr, false, false, true};
+        for (std::size_t r0 = 0; r0 < N; r0 += fwd_rows) {
+            const std::size_t rn = std::min(fwd_rows, N - r0);
+            Math::round_rows(rows_of(u + r0 * hu, rn, h, hu), ub, du);
+            product(ub, du, rn, h, w.w.data(), ldt, ep, t + r0 * ldt, ldt);
+        }
+    }
+
+    // ------------------------------------------------------------ backward
+
+    /// du [N, hu] (first h columns) = dT W'^T; dw [o, hu, hv] += U^T dT.
+    static void left_backward(const scorer_dims& d, const weights& w, const float* u, std::size_t N, const float* dt,
+                              float* du, float* dw, void* scratch)
+    {
+        const std::size_t h = d.hidden, hu = d.hu(), hv = d.hv(), o = d.labels, ldt = o * hv;
+        {
+            const std::size_t kd = Math::depth(ldt), rb = du_chunk(d);
+            carve c(scratch);
+            E* a = c.template take<E>((rb + slack) * kd);
+            for (std::size_t r0 = 0; r0 < N; r0 += rb) {
+                const std::size_t rn = std::min(rb, N - r0);
+                Math::round_rows(rows_of(dt + r0 * ldt, rn, ldt, ldt), a, kd);
+                product(a, kd, rn, ldt, w.w_t.data(), h, bf16_gemm_epilogue{}, du + r0 * hu, hu);
+            }
+        }
+        const std::size_t G = grad_chunk(N);
+        carve c(scratch);
+        E* ut = c.template take<E>((h + slack) * G);
+        E* bt = c.template take<E>(Math::packed_size(G, hv));
+        bf16_gemm_epilogue add;
+        add.accumulate = true;
+        for (std::size_t k0 = 0; k0 < N; k0 += G) {
+            const std::size_t kc = std::min(G, N - k0);
+            pack_transposed(u + k0 * hu, hu, kc, h, ut, G);
+            for (std::size_t l = 0; l < o; ++l) {
+                const float* dtl = dt + k0 * ldt + l * hv;
+                pack_pairs([&](std::size_t k) { return dtl + k * ldt; }, kc, hv, bt);
+                float* dwl = dw + l * hu * hv;
+                product(ut, G, h, kc, bt, hv, add, dwl, hv);
+                if (!d.bias_u) continue;
+                // U's ones column: the column sums of dT_l, in fp32.
+                float* row = dwl + h * hv;
+                for (std::size_t r = 0; r < kc; ++r) {
+                    const float* g = dtl + r * ldt;
+                    for (std::size_t j = 0; j < hv; ++j) row[j] += g[j];
+                }
+            }
+        }
+    }
+
+    /// Through relu (and dropout's scale) to dbh, dbd (fp32 sums), dWh,
+    /// dWd (+= dZ^T X) and every split's dX (= dZ [Wh; Wd]). dzu [N, hu],
+    /// dzv [N, hv]: the gradients at U and V.
+    template <class Items>
+    static void input_backward(const scorer_dims& d, const weights& w, const grads_ref<float>& g, const Items& X,
+                               std::size_t N, const relu_ref<float>& a, const float* dzu, const float* dzv,
+                               void* scratch, span<const seq_view<float>> dX)
+    {
+        if (N == 0) return;
+        const std::size_t h = d.hidden, n_in = d.n_in, hu = d.hu(), hv = d.hv(), G = grad_chunk(N);
+        const std::size_t dz = Math::depth(2 * h);
+        carve c(scratch);
+        float* z = c.template take<float>(G * 2 * h);  // [dZu dZv] of the chunk, fp32
+        E* zt = c.template take<E>((h + slack) * G);
+        E* xb = c.template take<E>(Math::packed_size(G, n_in));
+        E* za = c.template take<E>((G + slack) * dz);
+        float* dx = c.template take<float>(G * n_in);  // copies of strided rows of X, then dX
+        const float** xr = c.template take<const float*>(G);
+        auto x_rows = walk_rows([&](std::size_t k) { return read_only(X[k]); });
+        auto dx_rows = walk_rows([&](std::size_t k) { return dX[k]; });
+        bf16_gemm_epilogue add;
+        add.accumulate = true;
+        for (std::size_t k0 = 0; k0 < N; k0 += G) {
+            const std::size_t kc = std::min(G, N - k0);
+            for (std::size_t q = 0; q < kc;) {
+                const auto run = x_rows.take(kc - q);
+                for (std::size_t i = 0; i < run.rows; ++i, ++q) {
+                    const seq_view<const float> row = run.x.rows_view(run.first + i, 1);
+                    if (row.col_stride == 1) {
+                        xr[q] = row.data;
+                    } else {
+                        copy_rows(row, dx + q * n_in);
+                        xr[q] = dx + q * n_in;
+                    }
+                }
+            }
+            pack_pairs([&](std::size_t k) { return xr[k]; }, kc, n_in, xb);
+            for (std::size_t r = 0; r < kc; ++r) {
+                const std::size_t i = k0 + r;
+                relu_row(a.u + i * hu, dzu + i * hu, h, a.scale, z + r * 2 * h, g.bh);
+                relu_row(a.v + i * hv, dzv + i * hv, h, a.scale, z + r * 2 * h + h, g.bd);
+            }
+            pack_transposed(z, 2 * h, kc, h, zt, G);
+            product(zt, G, h, kc, xb, n_in, add, g.wh, n_in);
+            pack_transposed(z + h, 2 * h, kc, h, zt, G);
+            product(zt, G, h, kc, xb, n_in, add, g.wd, n_in);
+            Math::round_rows(rows_of(z, kc, 2 * h, 2 * h), za, dz);
+            product(za, dz, kc, 2 * h, w.w_in.data(), n_in, bf16_gemm_epilogue{}, dx, n_in);
+            for (std::size_t q = 0; q < kc;) {
+                const auto run = dx_rows.take(kc - q);
+                copy_rows(dx + q * n_in, run.x.rows_view(run.first, run.rows));
+                q += run.rows;
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ kernels
+
+    /// C [N, M] (row stride ldc) = epilogue(A [N, K] . B): A rows of
+    /// Math::depth(K) elements (zeros past K), readable `slack` rows past
+    /// N; B packed by Math::pack_b or pack_pairs.
+    static void product(const E* a, std::size_t lda, std::size_t N, std::size_t K, const E* b, std::size_t M,
+                        const bf16_gemm_epilogue& ep, float* c, std::size_t ldc)
+    {
+        if (N == 0 || M == 0) return;
+        if constexpr (!native) {
+            using Stride = Eigen::OuterStride<>;
+            const auto I = [](std::size_t v) { return static_cast<Eigen::Index>(v); };
+            Eigen::Map<const row_matrix<float>, Eigen::Unaligned, Stride> A(a, I(N), I(Math::depth(K)), Stride(I(lda)));
+            Eigen::Map<const row_matrix<float>> B(b, I(Math::depth(K)), I(M));
+            Eigen::Map<row_matrix<float>, Eigen::Unaligned, Stride> C(c, I(N), I(M), Stride(I(ldc)));
+            if (ep.accumulate) {
+                C.noalias() += A * B;
+            } else {
+                C.noalias() = A * B;
+            }
+            if (ep.bias == nullptr && !ep.relu && !ep.round) return;
+            for (std::size_t i = 0; i < N; ++i) {
+                float* r = c + i * ldc;
+                for (std::size_t j = 0; j < M; ++j) {
+                    float y = r[j] + (ep.bias != nullptr ? ep.bias[j] : 0.0f);
+                    if (ep.relu && y < 0.0f) y = 0.0f;  // NaN kept
+                    r[j] = ep.round ? round_to_bfloat16(y) : y;
+                }
+            }
+        } else {
+#if BIAFFINE_DETAIL_BF16_GEMM
+            const auto L = static_cast<std::ptrdiff_t>(lda), C = static_cast<std::ptrdiff_t>(ldc);
+#if BIAFFINE_DETAIL_AMX_BF16
+            if (amx_usable()) {
+                amx_gemm(a, L, N, K, b, M, ep, false, c, C);
+                return;
+            }
+#endif
+            bf16_gemm(a, L, N, Math::depth(K), b, M, ep, c, C);
+#else
+            (void)a, (void)lda, (void)N, (void)K, (void)b, (void)M, (void)ep, (void)c, (void)ldc;
+#endif
+        }
+    }
+
+    /// B [K, M] from K rows of floats (row(k): M of them, dense) into
+    /// Math's packed layout with K as the depth: pair panels (two rows to
+    /// a 32-bit lane) for the native kernels, rounded floats [depth(K), M]
+    /// for the emulated ones. Zeros past K and past M.
+    template <class Row>
+    static void pack_pairs(Row&& row, std::size_t K, std::size_t M, E* out)
+    {
+        const std::size_t depth = Math::depth(K);
+        if constexpr (!native) {
+            for (std::size_t k = 0; k < depth; ++k) {
+                float* o = out + k * M;
+                if (k >= K) {
+                    std::fill(o, o + M, 0.0f);
+                    continue;
+                }
+                const float* s = row(k);
+                for (std::size_t m = 0; m < M; ++m) o[m] = round_to_bfloat16(s[m]);
+            }
+        } else {
+#if BIAFFINE_DETAIL_BF16_GEMM
+            const std::size_t pairs = depth / 2;
+            const __m512i lo_idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+            const __m512i hi_idx = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+            for (std::size_t p = 0; p < pairs; ++p) {
+                const float* r0 = 2 * p < K ? row(2 * p) : nullptr;
+                const float* r1 = 2 * p + 1 < K ? row(2 * p + 1) : nullptr;
+                for (std::size_t j0 = 0; j0 < M; j0 += bf16_gemm_panel) {
+                    bfloat16* dst = out + j0 * pairs * 2 + p * 2 * bf16_gemm_panel;
+                    for (std::size_t half = 0; half < 2; ++half) {
+                        const std::size_t c0 = j0 + 16 * half;
+                        const __mmask16 m = lanes(c0 < M ? M - c0 : 0);
+                        const __m512 x0 = r0 != nullptr ? _mm512_maskz_loadu_ps(m, r0 + c0) : _mm512_setzero_ps();
+                        const __m512 x1 = r1 != nullptr ? _mm512_maskz_loadu_ps(m, r1 + c0) : _mm512_setzero_ps();
+                        const __m512 lo = _mm512_permutex2var_ps(x0, lo_idx, x1);
+                        const __m512 hi = _mm512_permutex2var_ps(x0, hi_idx, x1);
+                        _mm512_storeu_si512(dst + 32 * half, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+                    }
+                }
+            }
+#else
+            (void)row, (void)K, (void)M, (void)out, (void)depth;
+#endif
+        }
+    }
+
+    /// a [M, depth(K)] (row stride lda, even) = src^T rounded: row m holds
+    /// src[k * ld + m] for the K rows of src, then zeros up to the depth.
+    static void pack_transposed(const float* src, std::size_t ld, std::size_t K, std::size_t M, E* a,
+                                std::size_t lda)
+    {
+        const std::size_t depth = Math::depth(K);
+        if constexpr (!native) {
+            for (std::size_t m = 0; m < M; ++m) {
+                float* r = a + m * lda;
+                for (std::size_t k = 0; k < K; ++k) r[k] = round_to_bfloat16(src[k * ld + m]);
+                std::fill(r + K, r + depth, 0.0f);
+            }
+        } else {
+#if BIAFFINE_DETAIL_BF16_GEMM
+            // 16 pairs of tokens x 16 columns at a time: each pair of rows
+            // interleaved and rounded into 16 lanes (one column's pair
+            // each), then the 16 x 16 block of 32-bit pairs transposed
+            // through the stack.
+            const std::size_t pairs = depth / 2;
+            const __m512i lo_idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+            const __m512i hi_idx = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+            alignas(64) std::uint32_t blk[16][16];
+            for (std::size_t p0 = 0; p0 < pairs; p0 += 16) {
+                const std::size_t np = std::min<std::size_t>(16, pairs - p0);
+                for (std::size_t m0 = 0; m0 < M; m0 += 16) {
+                    const std::size_t nm = std::min<std::size_t>(16, M - m0);
+                    const __mmask16 mask = lanes(nm);
+                    for (std::size_t q = 0; q < np; ++q) {
+                        const std::size_t k = 2 * (p0 + q);
+                        const __m512 x0 = k < K ? _mm512_maskz_loadu_ps(mask, src + k * ld + m0) : _mm512_setzero_ps();
+                        const __m512 x1 =
+                            k + 1 < K ? _mm512_maskz_loadu_ps(mask, src + (k + 1) * ld + m0) : _mm512_setzero_ps();
+                        const __m512 lo = _mm512_permutex2var_ps(x0, lo_idx, x1);
+                        const __m512 hi = _mm512_permutex2var_ps(x0, hi_idx, x1);
+                        _mm512_store_si512(blk[q], (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+                    }
+                    for (std::size_t f = 0; f < nm; ++f) {
+                        bfloat16* r = a + (m0 + f) * lda + 2 * p0;
+                        for (std::size_t q = 0; q < np; ++q) std::memcpy(r + 2 * q, &blk[q][f], sizeof(std::uint32_t));
+                    }
+                }
+            }
+#else
+            (void)src, (void)ld, (void)K, (void)M, (void)a, (void)lda, (void)depth;
+#endif
+        }
+    }
+
+private:
+    static std::size_t region(std::size_t bytes) noexcept { return (bytes + 63) / 64 * 64; }
+    static std::size_t checked_size(std::size_t a, std::size_t b)
+    {
+        return to_index_size(checked_mul(a, b, "bf16 weights"), "bf16 weights");
+    }
+#if BIAFFINE_DETAIL_BF16_GEMM
+    static __mmask16 lanes(std::size_t n) noexcept
+    {
+        return n >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << n) - 1u);
+    }
+#endif
+    static seq_view<const float> rows_of(const float* p, std::size_t rows, std::size_t cols, std::size_t ld) noexcept
+    {
+        return {p, rows, cols, static_cast<std::ptrdiff_t>(ld), 1};
+    }
+    /// One row of dZ: g = dA * scale where A > 0 (NaN: 0), into out; db += g.
+    static void relu_row(const float* act, const float* da, std::size_t h, float scale, float* out, float* db)
+    {
+        for (std::size_t j = 0; j < h; ++j) {
+            const float g = act[j] > 0.0f ? da[j] * scale : 0.0f;
+            out[j] = g;
+            db[j] += g;
+        }
+    }
+    /// Consecutive 64-byte aligned regions of the scratch.
+    struct carve {
+        unsigned char* p;
+        explicit carve(void* s)
+            : p(reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(s) + 63) / 64 * 64))
+        {
+        }
+        template <class U>
+        U* take(std::size_t count)
+        {
+            U* r = reinterpret_cast<U*>(p);
+            p += region(count * sizeof(U));
+            return r;
+        }
+    };
+};
+
+/// The bf16 training products a float scorer runs in this build.
+using scorer_bf16_train = bf16_train<bf16_best_math>;
+
+}  // namespace detail
+BIAFFINE_NAMESPACE_END
