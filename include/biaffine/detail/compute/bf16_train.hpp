@@ -73,10 +73,10 @@ struct bf16_train {
         weights() = default;
         // A copy reserves the same bytes (its owner's step allocates none)
         // and packs on its owner's first prepare.
-        weights(const weights& o) { reserve(o.d); }
+        weights(const weights& o) { copy_dims(o.d); }
         weights& operator=(const weights& o)
         {
-            if (this != &o) reserve(o.d);
+            if (this != &o) copy_dims(o.d);
             return *this;
         }
 
@@ -90,13 +90,23 @@ struct bf16_train {
         void reserve(const scorer_dims& dims)
         {
             d = dims;
-            const std::size_t h = d.hidden, n_in = d.n_in, ldt = checked_size(d.labels, d.hv());
+            (void)reserved_bytes(d);  // every size checked before anything is allocated
+            const std::size_t h = d.hidden, n_in = d.n_in, ldt = d.labels * d.hv();
             wh.reserve(Math::packed_size(n_in, h));
             wd.reserve(Math::packed_size(n_in, h));
             w.reserve(Math::packed_size(h, ldt));
             w_t.reserve(Math::packed_size(ldt, h));
             w_in.reserve(Math::packed_size(2 * h, n_in));
             t_bias.reserve(d.bias_u ? ldt : 0);
+        }
+        // A copy's dims, and its reservation where its source has one.
+        void copy_dims(const scorer_dims& from)
+        {
+            if (from.bf16) {
+                reserve(from);
+            } else {
+                d = from;
+            }
         }
         void pack(const weights_ref<float>& p)
         {
@@ -118,10 +128,20 @@ struct bf16_train {
         /// inference copy, bf16_forward's weights_bytes).
         static std::size_t reserved_bytes(const scorer_dims& d)
         {
-            const std::size_t h = d.hidden, n_in = d.n_in, ldt = checked_size(d.labels, d.hv());
-            const std::size_t e = 2 * Math::packed_size(n_in, h) + Math::packed_size(h, ldt) +
-                                  Math::packed_size(ldt, h) + Math::packed_size(2 * h, n_in);
-            return e * sizeof(E) + (d.bias_u ? ldt : 0) * sizeof(float);
+            const char* what = "bf16 training weights";
+            const std::uint64_t h = d.hidden, n_in = d.n_in, ldt = checked_mul(d.labels, d.hv(), what);
+            // Each pack holds at most (K + 32) x (M + 32) elements (depth and
+            // panels rounded up): bounded here before packed_size multiplies.
+            const auto most = [&](std::uint64_t K, std::uint64_t M) {
+                return checked_mul(checked_add(K, 32, what), checked_add(M, 32, what), what);
+            };
+            const std::uint64_t bound = checked_add(
+                checked_add(checked_mul(2, most(n_in, h), what), most(h, ldt), what),
+                checked_add(most(ldt, h), most(checked_mul(2, h, what), n_in), what), what);
+            to_index_size(checked_mul(bound, sizeof(E), what), what);
+            const std::size_t e = 2 * Math::packed_size(d.n_in, d.hidden) + Math::packed_size(d.hidden, ldt) +
+                                  Math::packed_size(ldt, d.hidden) + Math::packed_size(2 * d.hidden, d.n_in);
+            return e * sizeof(E) + (d.bias_u ? static_cast<std::size_t>(ldt) : 0) * sizeof(float);
         }
     };
 
@@ -142,7 +162,7 @@ struct bf16_train {
     static std::size_t forward_bytes(const scorer_dims& d) noexcept
     {
         const std::size_t width = std::max(Math::depth(d.n_in), Math::depth(d.hidden));
-        return region((fwd_rows + slack) * width * sizeof(E));
+        return region((fwd_rows + slack) * width * sizeof(E)) + 64;  // + carve's alignment
     }
     /// Bytes of scratch every call uses for a batch of up to `rows` rows.
     static std::size_t scratch_bytes(const scorer_dims& d, std::size_t rows) noexcept
@@ -333,9 +353,12 @@ struct bf16_train {
 #if BIAFFINE_DETAIL_BF16_GEMM
             const auto L = static_cast<std::ptrdiff_t>(lda), C = static_cast<std::ptrdiff_t>(ldc);
 #if BIAFFINE_DETAIL_AMX_BF16
-            if (amx_usable()) {
-                amx_gemm(a, L, N, K, b, M, ep, false, c, C);
-                return;
+            // Only AMX Math pads depth and panels to AMX's steps of 32.
+            if constexpr (std::is_same<Math, bf16_amx_math>::value) {
+                if (amx_usable()) {
+                    amx_gemm(a, L, N, K, b, M, ep, false, c, C);
+                    return;
+                }
             }
 #endif
             bf16_gemm(a, L, N, Math::depth(K), b, M, ep, c, C);
@@ -440,10 +463,6 @@ struct bf16_train {
 
 private:
     static std::size_t region(std::size_t bytes) noexcept { return (bytes + 63) / 64 * 64; }
-    static std::size_t checked_size(std::size_t a, std::size_t b)
-    {
-        return to_index_size(checked_mul(a, b, "bf16 weights"), "bf16 weights");
-    }
 #if BIAFFINE_DETAIL_BF16_GEMM
     static __mmask16 lanes(std::size_t n) noexcept
     {

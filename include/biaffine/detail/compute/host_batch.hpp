@@ -183,6 +183,7 @@ public:
     /// Rows of T inference holds at once (the backend's group, or the batch).
     std::size_t eval_t_rows(std::size_t N, std::size_t max_len) const noexcept
     {
+        if (bf16()) return N;  // T for every row, then the splits (score_outputs)
         return t_group_rows(Ops::score_group_rows(d_), N, max_len);
     }
 
@@ -284,7 +285,7 @@ public:
                 for (std::size_t k = 0; k < count; ++k) split(k, static_cast<const T*>(nullptr), packed);
                 return;
             }
-            if (bf16() && keep_t) {  // T for every row in bf16, then the splits on Ops in fp32
+            if (bf16()) {  // T for every row in bf16 (eval_t_rows), then the splits on Ops in fp32
                 bilinear_left(u, off[count], t, packed);
                 for (std::size_t k = 0; k < count; ++k) split(k, static_cast<const T*>(t + off[k] * o * hv), packed);
                 return;
