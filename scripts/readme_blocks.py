@@ -8,7 +8,8 @@ Every ```cpp block of the README is a whole program: it is compiled with the
 project's headers (-Werror) and run. Every ```python block runs with
 /usr/bin/python3 and PYTHONPATH set to the built module. Blocks of any other
 language (sh, cmake: install steps) are never run. Fails, saying why, when
-the README is longer than --max-lines, or holds no C++ or no Python block (a
+the README is longer than --max-lines, links to a file that does not exist,
+or holds no C++ or no Python block (a
 rewrite must not silently turn this check off), or when a block fails to
 compile or exits non-zero.
 """
@@ -63,6 +64,13 @@ def main():
     if n_lines > args.max_lines:
         fail(f"{readme} has {n_lines} lines, more than {args.max_lines}: move detail to docs/")
     print(f"{readme}: {n_lines} lines (at most {args.max_lines})")
+
+    # Relative links (mkdocs does not see the README): the file must exist.
+    prose = FENCE.sub("", text)
+    dead = [t for t in re.findall(r"\]\(([^)\s]+)\)", prose)
+            if not re.match(r"[a-z][a-z0-9+.-]*:|#", t) and not (readme.parent / t.split("#")[0]).exists()]
+    if dead:
+        fail(f"{readme} links to files that do not exist: {', '.join(dead)}")
 
     found = list(blocks(text))
     cpp = [(line, code) for lang, line, code in found if lang in ("cpp", "c++")]
