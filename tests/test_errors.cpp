@@ -1,4 +1,4 @@
-// tests/test_errors.cpp - walks the bad-input table of README.md ("Bad input").
+// tests/test_errors.cpp - walks the bad-input table of docs/bad-input.md ("## Bad input").
 //
 // Every row of the table names a scenario (its id), the exception type and
 // the exact message. This test parses the table, runs each scenario and checks
@@ -32,7 +32,7 @@ using namespace biaffine;
 
 namespace {
 
-const char* k_table = BIAFFINE_TEST_DATA_DIR "/../../README.md";
+const char* k_table = BIAFFINE_TEST_DATA_DIR "/../../docs/bad-input.md";
 
 struct table_row {
     std::string id, kind, type, message;
@@ -54,7 +54,7 @@ std::string unquote(const std::string& s)
     return t;
 }
 
-/// Rows of the table in the README's "## Bad input" section: lines
+/// Rows of the table in docs/bad-input.md's "## Bad input" section: lines
 /// `| `id` | kind | `type` | `message` |` (other sections' tables are skipped).
 std::vector<table_row> read_table(const std::string& path)
 {
@@ -443,7 +443,7 @@ TEST_CASE("bad-input table: every row's scenario throws that type with that mess
         ++seen[r.id];
         REQUIRE(seen[r.id] == 1);
         const auto it = runs.find(r.id);
-        if (it == runs.end()) FAIL("README.md has a row without a scenario in this test: " << r.id);
+        if (it == runs.end()) FAIL("docs/bad-input.md has a row without a scenario in this test: " << r.id);
         std::string type = "(nothing thrown)", message;
         try {
             it->second();
@@ -461,7 +461,7 @@ TEST_CASE("bad-input table: every row's scenario throws that type with that mess
         INFO("scenario " << id);
         CHECK(seen.count(id) == 1);  // every scenario is documented
     }
-    if (!all_ok) std::cout << "README.md: the table rows as they should read:\n" << corrected.str();
+    if (!all_ok) std::cout << "docs/bad-input.md: the table rows as they should read:\n" << corrected.str();
 }
 
 TEST_CASE("bad-input table: every library exception is a biaffine::error, bad_alloc aside", "[errors]")

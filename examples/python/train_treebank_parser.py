@@ -34,7 +34,7 @@ The Python counterpart of examples/train_treebank_parser.cpp. What to copy into 
 Defaults: width 256, 4 blocks, arc hidden 256, label hidden 128, dropout 0.25, lr 2e-3,
 batches of about 1000 words, at most 30 epochs (--quick: 128 / 128 / 64, 500 words, 6 epochs).
 On UD English EWT (train -> dev, --threads 1) they reached dev UAS 85.18 / LAS 82.91 after
-4 epochs and 86.30 / 84.11 after 11, in 15 minutes (README, "Real data: UD English EWT").
+4 epochs and 86.30 / 84.11 after 11, in 15 minutes (docs/real-data.md, "The Python example").
 
 Each epoch prints one line: the epoch, the training loss per word, training
 words/s, "dev UAS xx.xx LAS yy.yy" (percent, punctuation included) and the

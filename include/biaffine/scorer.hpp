@@ -64,8 +64,8 @@ enum class train_output {
     logits         ///< the scores themselves, for a stable loss such as cross_entropy_heads()
 };
 
-/// Arithmetic of a float scorer's inference (predict, predict_stream,
-/// predict_heads*, predict_padded*).
+/// Arithmetic of a float scorer: inference (predict, predict_stream,
+/// predict_heads*, predict_padded*) and training (forward*).
 enum class compute_precision {
     fp32, ///< every product in the scorer's type (the default)
     /// bf16 operands (inputs, weights, U, V, T rounded to nearest even), fp32
@@ -98,7 +98,7 @@ struct scorer_config {
     /// loss (loss.hpp) turns confident mistakes into finite gradients where
     /// `-1 / p` on an underflowed probability gives NaN.
     train_output train_outputs = train_output::probabilities;
-    /// Inference arithmetic (float scorers only; see compute_precision).
+    /// Arithmetic of inference and training (float scorers only; see compute_precision).
     compute_precision precision = compute_precision::fp32;
 };
 
@@ -663,8 +663,9 @@ private:
     // The compute backend: its state (the prepared weights) changes under
     // const calls, as the gradients' allocation does.
     mutable Backend backend_;
-    // compute_precision::bf16: the weights packed for the bf16 forward (float
-    // scorers; empty otherwise).
+    // compute_precision::bf16: the weights packed for bf16 inference (float
+    // scorers; empty otherwise). Training's bf16 weights live in the backend
+    // (detail/compute/bf16_train.hpp).
     struct no_bf16_cache {};
     mutable std::conditional_t<std::is_same<T, float>::value, detail::bf16_weights_cache, no_bf16_cache> bf16_;
 };
