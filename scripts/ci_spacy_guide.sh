@@ -154,6 +154,12 @@ base, filled = fill_config(Path("filled.cfg"), Path("biaffine/examples/spacy/con
 if base.to_str() != filled.to_str():
     errors.append("examples/spacy/config.cfg is not complete: `spacy init fill-config` changes it"
                   " (build-spacy/guide/filled.cfg is the filled one)")
+# model-best is chosen by the score weights: they must weigh the parse (the
+# sentencizer's score never moves; alone, it stops training after `patience`
+# steps and leaves model-best to chance).
+weights = base["training"]["score_weights"]
+if not all((weights.get(k) or 0) > 0 for k in ("dep_uas", "dep_las")):
+    errors.append(f"examples/spacy/config.cfg: [training.score_weights] without dep_uas and dep_las: {dict(weights)}")
 # The trained pipeline's config: our architectures, not spacy-experimental's
 # PyTorch ones.
 cfg = Path("training/model-best/config.cfg").read_text()
