@@ -45,7 +45,8 @@ ln -s "$root" "$w/biaffine"
 # The guide's blocks as one bash script. Each block starts with a marker that
 # records its number and start time (for the timings and for telling a failed
 # install from a failed step).
-/usr/bin/python3 - docs/spacy.md "$w/guide.sh" "$wheel" <<'PY'
+cp docs/spacy.md "$w/spacy.md"  # the guide as run, whatever edits come meanwhile
+/usr/bin/python3 - "$w/spacy.md" "$w/guide.sh" "$wheel" <<'PY'
 import re, shlex, sys
 src, out, wheel = sys.argv[1:4]
 lines = open(src, encoding="utf-8").read().split("\n")
@@ -60,19 +61,19 @@ while i < len(lines):
     while i < len(lines) and not lines[i].startswith("```"):
         i += 1
     if i == len(lines):
-        sys.exit(f"{src}:{start}: code block never closed")
+        sys.exit(f"docs/spacy.md:{start}: code block never closed")
     if lang in ("sh", "python"):
         blocks.append((start, lang, lines[start:i]))
     i += 1
 install = "pip install ./biaffine"
 n_install = sum(l.strip() == install for _, lang, b in blocks if lang == "sh" for l in b)
 if n_install != 1:
-    sys.exit(f"{src}: expected one line `{install}` in the sh blocks, found {n_install}")
+    sys.exit(f"docs/spacy.md: expected one line `{install}` in the sh blocks, found {n_install}")
 for needle in ("python3 -m venv", "spacy convert", "spacy train", "spacy evaluate"):
     if not any(needle in l for _, lang, b in blocks if lang == "sh" for l in b):
-        sys.exit(f"{src}: no sh block runs `{needle}`")
+        sys.exit(f"docs/spacy.md: no sh block runs `{needle}`")
 if not any("spacy.load(" in l for _, lang, b in blocks if lang == "python" for l in b):
-    sys.exit(f"{src}: no python block calls spacy.load")
+    sys.exit(f"docs/spacy.md: no python block calls spacy.load")
 with open(out, "w", encoding="utf-8") as f:
     f.write("set -eo pipefail\n")
     f.write('__block() { echo "$1 $(date +%s.%N) $2" >> "$GUIDE_STATE"; echo "=== docs/spacy.md line $2: $3"; }\n')
@@ -87,7 +88,7 @@ with open(out, "w", encoding="utf-8") as f:
         else:
             f.write("python - <<'BIAFFINE_GUIDE_PY'\n" + "\n".join(body) + "\nBIAFFINE_GUIDE_PY\n")
     f.write('echo "end $(date +%s.%N) 0" >> "$GUIDE_STATE"\n')
-print(f"ci_spacy_guide: {len(blocks)} blocks from {src}" + (f", biaffine from {wheel}" if wheel else ""))
+print(f"ci_spacy_guide: {len(blocks)} blocks from docs/spacy.md" + (f", biaffine from {wheel}" if wheel else ""))
 PY
 
 # Every Python process of the run (pip, spacy, the guide's python) loads this
@@ -123,7 +124,7 @@ if [ $rc -ne 0 ]; then
   last=$(tail -1 "$state" | cut -d' ' -f3)
   timings
   # A failure in the block that installs from PyPI: skip if PyPI is unreachable.
-  if [ -n "$last" ] && sed -n "$last,/^\`\`\`/p" docs/spacy.md | grep -q 'pip install'; then
+  if [ -n "$last" ] && sed -n "$last,/^\`\`\`/p" "$w/spacy.md" | grep -q 'pip install'; then
     if [ ! -x "$w/spacy-env/bin/pip" ] ||
        ! "$w/spacy-env/bin/pip" download -q --no-deps --no-cache-dir -d "$w/probe" spacy-legacy==3.0.12 2>"$w/probe.err"; then
       skip "cannot reach PyPI to install the guide's packages: $(tail -1 "$w/probe.err" 2>/dev/null)"
