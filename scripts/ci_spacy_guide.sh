@@ -33,6 +33,11 @@ skip() {
 }
 
 wheel=
+# In CI the wheel step's repaired wheel, built a step before.
+if [ -z "${BIAFFINE_WHEEL:-}" ] && [ "${CI:-}" = true ]; then
+  BIAFFINE_WHEEL=$(ls build-wheel/wheelhouse/biaffine-*.whl 2>/dev/null | head -1)
+  [ -n "$BIAFFINE_WHEEL" ] || fail "CI=true and no wheel in build-wheel/wheelhouse (the wheel step failed?)"
+fi
 if [ -n "${BIAFFINE_WHEEL:-}" ]; then
   [ -f "$BIAFFINE_WHEEL" ] || fail "BIAFFINE_WHEEL=$BIAFFINE_WHEEL is not a file"
   wheel=$(realpath "$BIAFFINE_WHEEL")
