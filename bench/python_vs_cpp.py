@@ -21,6 +21,9 @@ timed two ways in one process, interleaved:
 
     PYTHONPATH=build/python /usr/bin/python3 bench/python_vs_cpp.py [--tokens N] [--reps R] [--threads T]
 
+(A build with the tests compiles the module at -O1, as the tests; for
+figures configure build/ with -DBIAFFINE_TEST_OPTIMIZATION= or use a wheel.)
+
 Prints medians; the Python overhead is (Python - C++) / C++. Exit 1 when
 any exceeds 5% (on a quiet machine; rerun on a loaded one).
 """
