@@ -440,6 +440,17 @@ private:
 /// The bf16 forward a float scorer runs in this build.
 using scorer_bf16_forward = bf16_forward<bf16_best_math>;
 
+#if defined(__SANITIZE_THREAD__)
+#define BIAFFINE_DETAIL_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define BIAFFINE_DETAIL_TSAN 1
+#endif
+#endif
+#ifndef BIAFFINE_DETAIL_TSAN
+#define BIAFFINE_DETAIL_TSAN 0
+#endif
+
 /// A float scorer's weights as scorer_bf16_forward reads them, kept with
 /// the scorer (compute_precision::bf16), one immutable pack per parameter
 /// version. Calls take a reference to the current pack and read only it, so
@@ -512,11 +523,14 @@ public:
             // lock_): repack its buffers, taken out of the cache meanwhile.
             // The acquire fence pairs with the releases of the handles
             // dropped by the calls that read it.
+            // (ThreadSanitizer has no fences: there, a fresh buffer always.)
             const std::lock_guard<std::mutex> g(lock_);
+#if !BIAFFINE_DETAIL_TSAN
             if (cur_ && cur_.use_count() == 1) {
                 std::atomic_thread_fence(std::memory_order_acquire);
                 n = std::const_pointer_cast<pack>(std::move(cur_));
             }
+#endif
         }
         if (!n) n = std::make_shared<pack>();  // calls in flight read the old one
         fill(*n, version, d, w);
