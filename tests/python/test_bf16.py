@@ -311,11 +311,12 @@ def _threaded(fn, threads=4, calls=50):
     return out
 
 
-def _bf16_twin(s):
-    """A second scorer with s's weights as they are now (set_parameter: it
-    packs its own bf16 copy), the single-thread reference."""
+def _bf16_twin(s, weights):
+    """A second scorer of s's sizes holding `weights` ({name: array}, read
+    from views: s.parameters() would tell s its weights changed), packing
+    its own bf16 copy: the single-thread reference."""
     t = biaffine.biaffine_scorer(s.n_in, s.hidden, s.labels, bias_u=s.bias_u, bias_v=s.bias_v, precision="bf16")
-    for name, v, _ in s.parameters():
+    for name, v in weights.items():
         t.set_parameter(name, np.array(v))
     return t
 
@@ -329,7 +330,7 @@ def test_concurrent_calls_give_one_calls_bytes():
     # (no call running; the scorer is not told) and the next concurrent
     # calls all see the write.
     # Weights large beside the tokens (16 labels): packing takes a good share
-    # of a call, so the old code failed ~10% of these calls.
+    # of a call, so the old code failed 10-25% of these calls here.
     s, doc, lengths = rng_case(21, n_in=64, hidden=96, labels=16, lengths=(30, 7, 45, 19, 38, 12))
     rng = np.random.default_rng(3)
     heads = [np.concatenate([rng.integers(0, n, size=n) for n in lengths])]
@@ -348,7 +349,7 @@ def test_concurrent_calls_give_one_calls_bytes():
         if rnd == 1:
             views["bilinear_weight"] *= -0.5  # written behind the scorer's back, as an optimiser does
             views["head_bias"] += 0.125
-        twin = _bf16_twin(s)
+        twin = _bf16_twin(s, views)
         want = [calls(twin, w) for w in range(3)]
         if rnd == 1:
             assert want[0] != before, "the write changed nothing"
@@ -362,11 +363,13 @@ def test_thinc_layer_concurrent_predictions_after_adam_steps():
     # The Thinc layer's params are the scorer's buffers; Adam writes them in
     # place. After each step, 4 threads x 50 predictions give the bytes of a
     # twin scorer holding the stepped weights (and differ from before the
-    # step: the write was seen).
+    # step: the write was seen). Each step ends with a second Adam update on
+    # no new gradient (its momentum moves the weights): a write with no
+    # training forward since the last prediction packed them.
     pytest.importorskip("thinc")  # conftest turns a skip into a failure: thinc is required
     from thinc.api import Adam
 
-    from biaffine.thinc import BiaffineScorer, get_scorer
+    from biaffine.thinc import PARAM_NAMES, BiaffineScorer, get_scorer
 
     rng = np.random.default_rng(8)
     xs = [rng.uniform(-1, 1, (n, 64)).astype(np.float32) for n in (9, 31, 17, 44, 50)]
@@ -378,7 +381,11 @@ def test_thinc_layer_concurrent_predictions_after_adam_steps():
         Yt, bp = m.begin_update(xs)
         bp([np.full_like(y, 0.01) for y in Yt])
         m.finish_update(opt)
-        twin = _bf16_twin(get_scorer(m))
+        m.predict(xs)  # packs the stepped weights
+        before_momentum = np.array(m.get_param("bilinear_weight"))
+        m.finish_update(opt)
+        assert not np.array_equal(before_momentum, m.get_param("bilinear_weight"))
+        twin = _bf16_twin(get_scorer(m), {n: m.get_param(n) for n in PARAM_NAMES})
         want = [y.tobytes() for y in twin.predict(xs, [[x.shape[0]] for x in xs])]
         assert want != previous, step
         previous = want
