@@ -48,11 +48,12 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--calls", type=int, default=10, help="calls per thread in a throughput run")
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--precision", default="bf16", help="bf16, or fp32 for comparison")
     args = ap.parse_args(argv)
 
     rng = np.random.default_rng(0)
     docs, lengths = workload(rng, args.tokens, args.n_in)
-    s = biaffine.biaffine_scorer(args.n_in, args.hidden, args.labels, seed=1, precision="bf16")
+    s = biaffine.biaffine_scorer(args.n_in, args.hidden, args.labels, seed=1, precision=args.precision)
     kw = dict(budget=biaffine.budget.megabytes(16))
     heads = [np.concatenate([rng.integers(0, n, size=n) for n in lengths[0]])]
 
