@@ -14,7 +14,10 @@ default 256, 128, 1 as python_vs_cpp.py), one document of --tokens tokens
 Also checks that every threaded call gave the single-thread call's bytes
 (issue 47: the bf16 weight copy was repacked in place by every Python call).
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/bf16_threads.py [--tokens N] [--threads T]
+    PYTHONPATH=build/python /usr/bin/python3 bench/bf16_threads.py [--tokens N] [--threads T] [--precision fp32]
+
+--precision fp32 runs the same on an fp32 scorer (no bf16 state at all):
+what the machine gives a second thread right now, the ceiling for bf16.
 
 Prints JSON-ish lines; exit 1 when a threaded call differed.
 """
