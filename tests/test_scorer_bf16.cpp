@@ -1,8 +1,8 @@
 // Tests of a float scorer's inference in bf16 (compute_precision::bf16,
 // detail/scorer_bf16.hpp): every inference call against a double reference
 // within the bound of bf16's rounding (bf16_reference.hpp), the calls against
-// each other, the memory it reports against what it takes, and what it
-// refuses.
+// each other, the memory it reports against what it takes, concurrent calls
+// against one call (issue 47), and what it refuses.
 #include <catch2/catch.hpp>
 
 #include <biaffine/biaffine.hpp>
@@ -10,9 +10,11 @@
 #include "bf16_reference.hpp"
 #include "bf16_scorer.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace biaffine;
@@ -251,4 +253,171 @@ TEST_CASE("bf16 inference: what it refuses", "[scorer_bf16]")
     const std::vector<seq_view<const float>> items{{ok.data(), 3, 8, 8, 1}};
     const std::vector<std::vector<int>> H{{0, 5, 1}};
     CHECK_THROWS_AS(s.predict_heads(items, H), head_error);
+}
+
+namespace {
+
+// One call's outputs as bytes: predict, predict_heads and predict_stream.
+struct outputs {
+    std::vector<float> scores, heads, stream;
+    bool operator==(const outputs& o) const { return scores == o.scores && heads == o.heads && stream == o.stream; }
+};
+
+std::vector<float> flat(const score_list<float>& y)
+{
+    std::vector<float> out;
+    for (const auto& a : y) out.insert(out.end(), a.data(), a.data() + a.size());
+    return out;
+}
+
+outputs call_once(const biaffine_scorer<float>& s, const std::vector<seq_view<const float>>& items,
+                  const std::vector<std::vector<int>>& H, int which)
+{
+    outputs r;
+    if (which == 0) r.scores = flat(s.predict(items));
+    if (which == 1) r.heads = flat(s.predict_heads(items, H));
+    if (which == 2) {
+        s.predict_stream(items, [&](std::size_t, score_view<const float> v) {
+            for (std::size_t m = 0; m < v.n; ++m) {
+                const float* row = v.data + static_cast<std::ptrdiff_t>(m) * v.row_stride;
+                r.stream.insert(r.stream.end(), row, row + v.n * v.labels);
+            }
+        });
+    }
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("bf16 inference: concurrent calls give one call's bytes, across parameter changes", "[scorer_bf16]")
+{
+    // Issue 47: the packed copy was rewritten in place by whichever call saw
+    // the version move, while other calls read it (from Python, every call
+    // moved it): wrong scores in a few percent of calls. Threads x calls of
+    // every kind on one scorer, with parameters_changed() from another
+    // thread throughout (the calls see the version move under them) and the
+    // weights changed between rounds; every call's bytes equal a
+    // single-thread run of a copy of the scorer (its own packed copy).
+    // Weights large beside the tokens (16 labels): packing takes a good share
+    // of a call, as in the Python case of the issue.
+    const problem p = make_problem(64, 96, 16, true, true, {30, 7, 45, 19, 38, 12}, 31);
+    auto s = scorer_of(p, compute_precision::bf16);
+    const auto items = items_of(p);
+    const auto H = heads_of(p);
+    constexpr int threads = 4, calls = 24, rounds = 3;
+    for (int round = 0; round < rounds; ++round) {
+        INFO("round " << round);
+        if (round > 0) {  // between rounds, not concurrently: new weights
+            auto params = s.parameters();
+            for (std::size_t i = 0; i < params[4].size; ++i) params[4].data[i] *= -0.75f;
+            s.parameters_changed();
+        }
+        const biaffine_scorer<float> ref = s;
+        const outputs want[3] = {call_once(ref, items, H, 0), call_once(ref, items, H, 1), call_once(ref, items, H, 2)};
+        if (round > 0) CHECK(!(want[0].scores == flat(scorer_of(p, compute_precision::bf16).predict(items))));
+        std::atomic<int> running{threads}, wrong{0};
+        std::atomic<std::uint64_t> bumps{0};
+        std::vector<std::thread> pool;
+        for (int t = 0; t < threads; ++t)
+            pool.emplace_back([&, t] {
+                for (int c = 0; c < calls; ++c) {
+                    const int which = (t + c) % 3;
+                    if (!(call_once(s, items, H, which) == want[which])) ++wrong;
+                }
+                --running;
+            });
+        // Marks the parameters changed while the calls run (the values stay):
+        // each call sees a version that another call may already be packing.
+        std::thread bumper([&] {
+            while (running.load() > 0) {
+                s.parameters_changed();
+                ++bumps;
+                std::this_thread::yield();
+            }
+        });
+        for (auto& th : pool) th.join();
+        bumper.join();
+        CHECK(bumps.load() > 0);
+        CHECK(wrong.load() == 0);
+    }
+}
+
+TEST_CASE("bf16 inference: a call keeps the packed copy it started with; a newer one costs one pack more",
+          "[scorer_bf16]")
+{
+    // Two groups of rows (more rows than group_rows), so the stream's second
+    // group is projected after its first callbacks ran. In the first
+    // callback the weights change and a nested predict packs them: the
+    // stream in flight still scores with the pack it took (in place
+    // repacking rewrote it under the call), and while it holds that pack
+    // the scorer holds exactly one pack more (weights_bytes), freed when the
+    // stream returns.
+    using F = biaffine::detail::scorer_bf16_forward;
+    const biaffine::detail::scorer_dims d{96, 64, 3, true, true, true};
+    const std::vector<std::size_t> lengths(F::group_rows(d) / 100 + 2, 100);
+    const problem p = make_problem(96, 64, 3, true, true, lengths, 32);
+    REQUIRE(F::group_rows(d) < 100 * lengths.size() - 100);
+    auto s = scorer_of(p, compute_precision::bf16);
+    const auto items = items_of(p);
+    const std::vector<std::vector<int>> H;
+    const outputs want = call_once(biaffine_scorer<float>(s), items, H, 2);
+    (void)s.predict(items);  // the current pack made
+    outputs got;
+    std::uint64_t extra = 0;
+    const std::uint64_t before = tracker().current_bytes();
+    s.predict_stream(items, [&](std::size_t k, score_view<const float> v) {
+        if (k == 0) {
+            auto params = s.parameters();
+            for (std::size_t i = 0; i < params[0].size; ++i) params[0].data[i] *= 2.0f;
+            const std::uint64_t at = tracker().current_bytes();
+            (void)s.predict(items);
+            extra = tracker().current_bytes() - at;
+        }
+        for (std::size_t m = 0; m < v.n; ++m) {
+            const float* row = v.data + static_cast<std::ptrdiff_t>(m) * v.row_stride;
+            got.stream.insert(got.stream.end(), row, row + v.n * v.labels);
+        }
+    });
+    CHECK(got == want);
+    CHECK(extra == F::weights_bytes(d));
+    CHECK(tracker().current_bytes() == before);  // the old pack freed with the call
+    // Between calls a change repacks the pack's own buffers: nothing more held.
+    s.parameters_changed();
+    (void)s.predict(items);
+    CHECK(tracker().current_bytes() == before);
+}
+
+TEST_CASE("bf16 inference: watch_parameter_writes sees writes made without parameters_changed()", "[scorer_bf16]")
+{
+    // The Python module's way (numpy views written by optimisers): with
+    // watching on, a write through a kept pointer reaches the next call
+    // with no parameters_changed(); without it the copy stays (the C++
+    // contract: call parameters_changed()). Watching holds an fp32 copy of
+    // the weights with the pack, counted by the tracker.
+    const problem p = cases()[1], q = make_problem(31, 17, 4, true, false, {9, 14, 3}, 99);
+    const auto items = items_of(p);
+    auto s = scorer_of(p, compute_precision::bf16);
+    const auto want_p = flat(s.predict(items));
+    const auto want_q = flat(scorer_of(q, compute_precision::bf16).predict(items));
+    REQUIRE(want_p != want_q);
+    auto params = s.parameters();  // kept pointers
+    const std::vector<float>* src[] = {&q.wh, &q.bh, &q.wd, &q.bd, &q.w};
+    const std::uint64_t held = tracker().current_bytes();
+    s.watch_parameter_writes();
+    CHECK(flat(s.predict(items)) == want_p);  // nothing written yet
+    std::size_t weights = 0;
+    for (const auto& par : params) weights += par.size;
+    CHECK(tracker().current_bytes() - held == weights * sizeof(float));  // the fp32 copy
+    for (std::size_t i = 0; i < 5; ++i) std::copy(src[i]->begin(), src[i]->end(), params[i].data);
+    CHECK(flat(s.predict(items)) == want_q);
+    // One element of one parameter, the last of W: seen too.
+    params[4].data[params[4].size - 1] += 1.0f;
+    CHECK(flat(s.predict(items)) != want_q);
+    params[4].data[params[4].size - 1] -= 1.0f;
+    CHECK(flat(s.predict(items)) == want_q);
+    s.watch_parameter_writes(false);
+    params[0].data[0] += 1.0f;
+    CHECK(flat(s.predict(items)) == want_q);  // not watching: the pack of this version stays
+    s.parameters_changed();
+    CHECK(flat(s.predict(items)) != want_q);
 }

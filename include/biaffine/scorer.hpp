@@ -33,6 +33,7 @@
 #include "biaffine/abi.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -127,22 +128,46 @@ std::size_t packed_count(const char* what, std::uint64_t rows, Ts... cols)
     return to_index_size(checked_product(what, rows, cols..., sizeof(T)), what) / sizeof(T);
 }
 
+// The scorer's parameter version: atomic, since parameters_changed() may
+// run while predict* calls read it; a copy starts at the copied value.
+struct version_counter {
+    std::atomic<std::uint64_t> v{0};
+    version_counter() = default;
+    version_counter(const version_counter& o) noexcept : v(o.load()) {}
+    version_counter& operator=(const version_counter& o) noexcept
+    {
+        v.store(o.load(), std::memory_order_release);
+        return *this;
+    }
+    std::uint64_t load() const noexcept { return v.load(std::memory_order_acquire); }
+    void bump() noexcept { v.fetch_add(1, std::memory_order_acq_rel); }
+};
+
 }  // namespace detail
 
 /// The biaffine scorer: parameters, their gradients, and forward / backward
 /// over split lists and padded batches. Float or double.
 ///
-/// Thread safety: `predict*`, `cost` and `padded_cost` are const and may run
-/// concurrently with each other (and with a backprop callback, which writes
-/// only gradients). `forward*` (dropout generator) and the backprop callbacks
-/// (gradient accumulation) must not run concurrently with each other on one
-/// scorer. Changing parameters (`set_parameter`, `load_npy`, `initialize`,
-/// an optimiser step, `zero_grad`) must not overlap any other call. Nor may
-/// the call that allocates the gradients (see has_gradients()): on a scorer
-/// that has none yet, call the d_*() accessors from one thread at a time.
-/// The first call after a parameter change prepares the compute backend
-/// (see parameter_version()); concurrent const calls may race to do it, and
-/// the backend lets one of them (detail::weights_slot).
+/// Thread safety (docs/api.md, "Threads and parameter updates"): `predict*`,
+/// `cost` and `padded_cost` are const and may run concurrently with each
+/// other (and with a backprop callback, which writes only gradients), from
+/// any number of threads, and give the bytes one call gives.
+/// `parameters_changed()` may run concurrently with predict* calls: it only
+/// marks the parameters changed (a call in flight keeps the weights it
+/// started with, the next call sees the change). `forward*` (dropout
+/// generator) and the backprop callbacks (gradient accumulation) must not
+/// run concurrently with each other on one scorer. Changing parameters
+/// (`set_parameter`, `load_npy`, `initialize`, an optimiser step, a write
+/// through `data` pointers, `zero_grad`) must not overlap any other call;
+/// after a write through pointers kept from an earlier parameters(), call
+/// parameters_changed() before the next call. Nor may the call that
+/// allocates the gradients (see has_gradients()): on a scorer that has none
+/// yet, call the d_*() accessors from one thread at a time. The first call
+/// after a parameter change prepares the compute backend (see
+/// parameter_version()); concurrent const calls may race to do it, and the
+/// backend lets one of them (detail::weights_slot). bf16 inference reads an
+/// immutable packed copy of the weights, replaced (never rewritten while a
+/// call reads it) when the version moves (detail::bf16_weights_cache).
 ///
 /// Non-finite inputs: NaN / Inf in one split's rows reach that split's scores
 /// only (eval: a NaN token's row and column; train: the softmax spreads it
@@ -216,7 +241,7 @@ public:
         if constexpr (std::is_same<T, float>::value) {
             // The bf16 copy of the weights lives with them (and is counted
             // when they are): inference repacks it in place as they change.
-            if (cfg.precision == compute_precision::bf16) bf16_.make(version_, dims(), weights());
+            if (cfg.precision == compute_precision::bf16) bf16_.make(parameter_version(), dims(), weights());
         }
     }
 
@@ -265,10 +290,24 @@ public:
     /// parameters_changed() move it on. The compute backend prepares the
     /// weights again (packs, copies to a device) when it differs from the
     /// version it last prepared, at the next forward, predict or backward.
-    std::uint64_t parameter_version() const noexcept { return version_; }
+    std::uint64_t parameter_version() const noexcept { return version_.load(); }
     /// Tells the scorer its parameters changed behind its back: call it after
-    /// writing through `data` pointers kept from an earlier parameters().
-    void parameters_changed() noexcept { ++version_; }
+    /// writing through `data` pointers kept from an earlier parameters(), and
+    /// before the next call. Safe concurrently with predict* (a call in
+    /// flight keeps the weights it started with).
+    void parameters_changed() noexcept { version_.bump(); }
+    /// bf16 inference (compute_precision::bf16): compare the weights with
+    /// the ones its bf16 copy was made from at every predict* call, and make
+    /// the copy again when they differ - for callers that write through kept
+    /// pointers without calling parameters_changed() (the Python module:
+    /// optimisers write through numpy views). Costs a pass over the weights
+    /// per call (memcmp) and an fp32 copy of them held with the bf16 one.
+    /// May be called concurrently with predict*; nothing for fp32.
+    void watch_parameter_writes(bool on = true) const noexcept
+    {
+        if constexpr (std::is_same<T, float>::value) bf16_.watch(on);
+        else (void)on;
+    }
     /// The compute backend (its `name`, `operations`, prepared_version()).
     const Backend& compute_backend() const noexcept { return backend_; }
 
@@ -659,7 +698,7 @@ private:
     mutable tensor<T, 1> dbh_, dbd_;
     mutable tensor<T, 3> dw_;
     mutable bool has_grads_ = false;
-    std::uint64_t version_ = 0;  // initialize() makes it 1: the backend's slot starts at 0, unprepared
+    detail::version_counter version_;  // initialize() makes it 1: the backend's slot starts at 0, unprepared
     // The compute backend: its state (the prepared weights) changes under
     // const calls, as the gradients' allocation does.
     mutable Backend backend_;

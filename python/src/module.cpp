@@ -485,17 +485,27 @@ private:
 template <class T>
 using scorer_t = biaffine::biaffine_scorer<T>;
 
-// The scorer of a call that computes (inference or a training forward).
-// Python holds numpy views of the parameters (parameters(), Thinc's params)
-// and writes through them without the scorer seeing it, so a bf16 scorer's
-// rounded copies of the weights are made again for every call from Python
-// (parameters_changed(); a pass over the weights, small beside a call's
-// products); fp32 reads the parameters themselves.
+// The scorer of a call that computes (inference, or a training forward:
+// `trains`). Python holds numpy views of the parameters (parameters(),
+// Thinc's params) and writes through them without the scorer seeing it. A
+// bf16 scorer's inference compares the weights with the ones its bf16 copy
+// was made from (watch_parameter_writes: a memcmp per call) and packs again
+// only when they differ - never in place under another call's feet, so
+// predict* may run on several threads (issue 47: bumping the version on
+// every call repacked the copy while other calls read it). A training
+// forward (not concurrent with other calls on the scorer) marks the
+// parameters changed, so its bf16 weights are made again from the views.
 template <class T>
-scorer_t<T>& called_scorer(py::object& self)
+scorer_t<T>& called_scorer(py::object& self, bool trains = false)
 {
     auto& s = self.cast<scorer_t<T>&>();
-    if (s.config().precision == biaffine::compute_precision::bf16) s.parameters_changed();
+    if (s.config().precision == biaffine::compute_precision::bf16) {
+        if (trains) {
+            s.parameters_changed();
+        } else {
+            s.watch_parameter_writes();
+        }
+    }
     return s;
 }
 
@@ -730,7 +740,7 @@ py::tuple forward_any(py::object self, const py::handle& docs, const py::handle&
     using View = std::conditional_t<Heads, biaffine::seq_view<const T>, biaffine::score_view<const T>>;
     using bp_t = py_backprop<T, View>;
     const char* where = Heads ? "forward_heads" : "forward";
-    auto& s = called_scorer<T>(self);
+    auto& s = called_scorer<T>(self, true);
     call_args<T> a(where, docs, lengths, Heads ? &heads : nullptr, budget, threads, buffer, oversize, pad);
     const biaffine::mode md = train ? biaffine::mode::train : biaffine::mode::eval;
     biaffine::score_list<T> Y;
@@ -786,7 +796,7 @@ std::vector<double> time_cpp(py::object self, const std::string& kind, const py:
                              const py::handle& lengths, const py::object& heads, const py::object& dY,
                              const py::object& budget, long long threads, int reps)
 {
-    auto& s = called_scorer<T>(self);
+    auto& s = called_scorer<T>(self, kind.rfind("predict", 0) != 0);
     call_args<T> a("time_cpp", docs, lengths, heads.is_none() ? nullptr : &heads, budget, threads, 256, "run_alone",
                    false);
     std::vector<py::array_t<T>> keep;
@@ -897,7 +907,7 @@ template <class T>
 py::tuple forward_padded_any(py::object self, const py::handle& x, const std::vector<std::int64_t>& lengths,
                              const py::handle& heads, bool train, const char* where)
 {
-    auto& s = called_scorer<T>(self);
+    auto& s = called_scorer<T>(self, true);
     auto [a, shape] = padded_input<T>(x, where);
     auto xv = xt::adapt(a.data(), static_cast<std::size_t>(a.size()), xt::no_ownership(), shape);
     const bool with_heads = !heads.is_none();

@@ -3,9 +3,10 @@
 // path, for every output kind, and what it costs.
 //
 // The weights are rounded and packed once per parameter version into the
-// scorer's bf16_weights_cache (made with the scorer, repacked in place when
-// parameter_version() has moved: packing per call took a few milliseconds a
-// batch at 50 labels, a third of a batch's time under a 16 MiB budget); the
+// scorer's bf16_weights_cache (made with the scorer; an immutable pack per
+// version, replaced when parameter_version() has moved, so concurrent calls
+// never read a pack being written: packing per call took a few milliseconds
+// a batch at 50 labels, a third of a batch's time under a 16 MiB budget); the
 // splits then go a group at a time through the projections, U W' and their
 // per-split products (bf16_forward::run).
 #pragma once
@@ -46,7 +47,10 @@ void biaffine_scorer<T, Backend, Out>::predict_into_bf16(const Items& X, const H
             N += X[k].rows;
         }
         const std::size_t G = F::capacity(d, N, max_n);
-        const auto& w = bf16_.prepared(version_, d, weights());
+        // Held for the whole call: a newer pack published meanwhile (another
+        // call saw a version change) never changes the one this call reads.
+        const auto pack = bf16_.acquire(parameter_version(), d, weights());
+        const auto& w = pack->w;
         scratch<unsigned char> s(detail::to_index_size(F::scratch_bytes(d, G, max_n), "bf16 scratch"));
         scratch<std::size_t> heads(Kind::heads ? max_n : 0);
         F::run(

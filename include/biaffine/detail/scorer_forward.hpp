@@ -118,7 +118,8 @@ std::size_t biaffine_scorer<T, Backend, Out>::fill_offsets(const Items& X, std::
 template <class T, class Backend, class Out>
 const Backend& biaffine_scorer<T, Backend, Out>::prepared_backend() const
 {
-    if (backend_.prepared_version() != version_) backend_.prepare(version_, weights());
+    const std::uint64_t v = parameter_version();
+    if (backend_.prepared_version() != v) backend_.prepare(v, weights());
     return backend_;
 }
 

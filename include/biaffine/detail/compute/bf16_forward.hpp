@@ -38,8 +38,11 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <mutex>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "biaffine/bfloat16.hpp"
@@ -437,49 +440,168 @@ private:
 /// The bf16 forward a float scorer runs in this build.
 using scorer_bf16_forward = bf16_forward<bf16_best_math>;
 
+#if defined(__SANITIZE_THREAD__)
+#define BIAFFINE_DETAIL_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define BIAFFINE_DETAIL_TSAN 1
+#endif
+#endif
+#ifndef BIAFFINE_DETAIL_TSAN
+#define BIAFFINE_DETAIL_TSAN 0
+#endif
+
 /// A float scorer's weights as scorer_bf16_forward reads them, kept with
-/// the scorer (compute_precision::bf16) and repacked in place - the sizes
-/// never change - when the scorer's parameter version has moved; the first
-/// of several concurrent const calls repacks, the others wait for it.
+/// the scorer (compute_precision::bf16), one immutable pack per parameter
+/// version. Calls take a reference to the current pack and read only it, so
+/// concurrent calls never see a pack being written: a stale pack is replaced
+/// by a new one (one builder at a time; calls holding the old pack keep it
+/// alive until they return). A pack nobody else holds is repacked in its
+/// own buffers (the sizes never change), so a parameter change made between
+/// calls costs no extra pack; one made while calls hold the pack costs one
+/// more pack (weights_bytes) until they return.
+///
+/// Watching (watch(true): the Python module, whose numpy views of the
+/// parameters are written by optimisers without the scorer knowing): a pack
+/// also keeps the fp32 weights it was made from, and a call whose weights
+/// differ from them (memcmp, a pass far cheaper than packing) packs again.
 class bf16_weights_cache {
 public:
     using weights = bf16_weights<scorer_bf16_forward::E>;
+    struct pack {
+        std::uint64_t version = 0;  ///< the scorer's parameter version it was made from
+        weights w;
+        tracked_vector<float> seen;  ///< watching: wh, bh, wd, bd, w as they were packed
+    };
+    using handle = std::shared_ptr<const pack>;
+
     bf16_weights_cache() = default;
-    // A copy holds the same bytes but packs again on first use (its
-    // scorer's version counter is its own).
-    bf16_weights_cache(const bf16_weights_cache& o) : w_(o.w_) {}
+    // A copy holds a copy of the pack, with its version: the copied scorer's
+    // counter starts where this one's is, and the weights are the same.
+    bf16_weights_cache(const bf16_weights_cache& o) : cur_(o.copy_current()), watch_(o.watch_.load()) {}
     bf16_weights_cache& operator=(const bf16_weights_cache& o)
     {
         if (this != &o) {
-            w_ = o.w_;
-            version_.store(0, std::memory_order_release);
+            handle p = o.copy_current();
+            watch_.store(o.watch_.load());
+            const std::lock_guard<std::mutex> g(lock_);
+            cur_.swap(p);
         }
         return *this;
     }
     /// Allocates and packs (with the scorer: these bytes are the scorer's).
     void make(std::uint64_t version, const scorer_dims& d, const weights_ref<float>& w)
     {
-        scorer_bf16_forward::pack_weights(d, w, w_);
-        version_.store(version, std::memory_order_release);
+        auto p = std::make_shared<pack>();
+        fill(*p, version, d, w);
+        handle h = std::move(p);
+        const std::lock_guard<std::mutex> g(lock_);
+        cur_.swap(h);
     }
-    /// The packed weights of `version`, repacked in place if they are older.
-    const weights& prepared(std::uint64_t version, const scorer_dims& d, const weights_ref<float>& w)
+    /// Compare the weights at every call (see the class comment).
+    void watch(bool on) noexcept { watch_.store(on, std::memory_order_relaxed); }
+    bool watching() const noexcept { return watch_.load(std::memory_order_relaxed); }
+
+    /// The pack of `version` (and, watching, of the weights as they are
+    /// now), made if the current one is older. The caller reads it for the
+    /// whole call; it stays valid and unchanged while the handle lives.
+    handle acquire(std::uint64_t version, const scorer_dims& d, const weights_ref<float>& w)
     {
-        if (version_.load(std::memory_order_acquire) != version) {
+        handle p = current();
+        if (fresh(p.get(), version, d, w)) return p;
+        p.reset();
+        // One builder at a time (the others want the same pack); calls
+        // whose pack is fresh never take this lock, and only builders (and
+        // make / assignment, never concurrent with calls) change cur_.
+        const std::lock_guard<std::mutex> b(build_);
+        p = current();
+        if (fresh(p.get(), version, d, w)) return p;
+        p.reset();
+        std::shared_ptr<pack> n;
+        {
+            // Held by nobody but the cache (and no one can take it without
+            // lock_): repack its buffers, taken out of the cache meanwhile.
+            // The acquire fence pairs with the releases of the handles
+            // dropped by the calls that read it.
+            // (ThreadSanitizer has no fences: there, a fresh buffer always.)
             const std::lock_guard<std::mutex> g(lock_);
-            if (version_.load(std::memory_order_relaxed) != version) {
-                scorer_bf16_forward::pack_weights(d, w, w_);
-                version_.store(version, std::memory_order_release);
+#if !BIAFFINE_DETAIL_TSAN
+            if (cur_ && cur_.use_count() == 1) {
+                std::atomic_thread_fence(std::memory_order_acquire);
+                n = std::const_pointer_cast<pack>(std::move(cur_));
             }
+#endif
         }
-        return w_;
+        if (!n) n = std::make_shared<pack>();  // calls in flight read the old one
+        fill(*n, version, d, w);
+        handle out = std::move(n), old;
+        {
+            const std::lock_guard<std::mutex> g(lock_);
+            old = std::exchange(cur_, out);
+        }
+        return out;  // the old pack (if any) is released here, outside the lock
     }
-    std::size_t bytes() const noexcept { return w_.bytes(); }
+    /// Bytes held by the current pack (the cost model counts them with the
+    /// parameters).
+    std::size_t bytes() const
+    {
+        const handle p = current();
+        return p ? p->w.bytes() + p->seen.size() * sizeof(float) : 0;
+    }
 
 private:
-    weights w_;
-    std::atomic<std::uint64_t> version_{0};
-    std::mutex lock_;
+    static std::size_t sizes(const scorer_dims& d, std::size_t part)
+    {
+        const std::size_t in = d.hidden * d.n_in, b = d.hidden, w = d.labels * d.hu() * d.hv();
+        const std::size_t s[5] = {in, b, in, b, w};
+        return s[part];
+    }
+    static const float* part_of(const weights_ref<float>& w, std::size_t part)
+    {
+        const float* p[5] = {w.wh, w.bh, w.wd, w.bd, w.w};
+        return p[part];
+    }
+    bool fresh(const pack* p, std::uint64_t version, const scorer_dims& d, const weights_ref<float>& w) const
+    {
+        if (p == nullptr || p->version != version) return false;
+        if (!watching()) return true;
+        if (p->seen.empty()) return false;
+        const float* s = p->seen.data();
+        for (std::size_t k = 0; k < 5; ++k) {
+            const std::size_t n = sizes(d, k);
+            if (n != 0 && std::memcmp(s, part_of(w, k), n * sizeof(float)) != 0) return false;
+            s += n;
+        }
+        return true;
+    }
+    void fill(pack& p, std::uint64_t version, const scorer_dims& d, const weights_ref<float>& w) const
+    {
+        scorer_bf16_forward::pack_weights(d, w, p.w);
+        p.seen.clear();
+        if (watching()) {
+            std::size_t total = 0;
+            for (std::size_t k = 0; k < 5; ++k) total += sizes(d, k);
+            p.seen.resize(total);
+            float* s = p.seen.data();
+            for (std::size_t k = 0; k < 5; ++k) s = std::copy_n(part_of(w, k), sizes(d, k), s);
+        }
+        p.version = version;
+    }
+    handle current() const
+    {
+        const std::lock_guard<std::mutex> g(lock_);
+        return cur_;
+    }
+    std::shared_ptr<pack> copy_current() const
+    {
+        const handle p = current();
+        return p ? std::make_shared<pack>(*p) : nullptr;
+    }
+
+    handle cur_;
+    std::atomic<bool> watch_{false};
+    mutable std::mutex lock_;  // held only to copy or swap cur_
+    std::mutex build_;         // held while a stale pack is replaced
 };
 
 }  // namespace detail

@@ -109,6 +109,12 @@ struct weights_slot {
     }
 };
 
+template <class T>
+bool same_weights(const weights_ref<T>& a, const weights_ref<T>& b) noexcept
+{
+    return a.wh == b.wh && a.bh == b.bh && a.wd == b.wd && a.bd == b.bd && a.w == b.w;
+}
+
 /// The batch-level backend over a CPU backend's static per-split operations
 /// `Ops` (see interface.hpp for both contracts). Shapes: N packed rows of a
 /// batch of `count` splits at row offsets `off` ([count + 1]); u [N, hu], v
@@ -145,7 +151,9 @@ public:
     void prepare(std::uint64_t version, const weights_ref<T>& w)
     {
         slot_.update(version, [&] {
-            slot_.w = w;
+            // The same pointers again (parameters_changed() while predict
+            // calls read them): left as they are, not rewritten under them.
+            if (!same_weights(slot_.w, w)) slot_.w = w;
             if constexpr (can_bf16) {
                 if (bf16()) w16_.pack(w);
             }
