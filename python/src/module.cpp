@@ -1180,8 +1180,9 @@ void bind_scorer(py::module_& m, const char* name)
         .def("predict_stream", &predict_stream<T>, py::arg("docs"), py::arg("split_lengths"), py::arg("callback"),
              py::kw_only(), py::arg("budget") = default_budget, py::arg("threads") = 1, py::arg("buffer") = 256,
              py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false,
-             "callback(split_index, doc_index, scores [n, n(, o)]) per split, a read-only view valid during the "
-             "call; the GIL is held only for the callback, whose exception stops the stream and propagates.")
+             "callback(split_index, doc_index, scores [n, n(, o)]) per split: a read-only array Python owns, "
+             "which the callback may keep (a kept block is never reused); the GIL is held only for the callback, "
+             "whose exception stops the stream and propagates.")
         .def("forward", &forward<T>, py::arg("docs"), py::arg("split_lengths"), py::kw_only(), py::arg("train") = true,
              py::arg("budget") = default_budget, py::arg("threads") = 1, py::arg("buffer") = 256,
              py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false,

@@ -467,11 +467,12 @@ def test_raising_callback_propagates_and_leaks_nothing():
 
 
 def _stream_case(labels):
-    # Small splits and a 1500-token one, in two documents.
+    # Small splits and a 1500-token one, in two documents; shrinking sizes
+    # first, so that a stream that reused a kept block would overwrite it.
     rng = np.random.default_rng(11)
     s = biaffine.biaffine_scorer(8, 16, labels=labels, seed=3)
     docs = [rng.standard_normal((60, 8)).astype(np.float32), rng.standard_normal((1520, 8)).astype(np.float32)]
-    return s, docs, [[7, 23, 30], [1500, 20]]
+    return s, docs, [[30, 23, 7], [1500, 20]]
 
 
 def _churn(s, docs, lengths):
