@@ -157,7 +157,10 @@ using lengths_t = std::vector<std::vector<long long>>;
 // counts they would read as 1 and 0 without a word, so they are refused.
 bool is_bool(const py::handle& x)
 {
-    return py::isinstance<py::bool_>(x) || py::isinstance(x, py::module_::import("numpy").attr("bool_"));
+    // numpy.bool_, looked up once (numpy is loaded with this module); the
+    // reference is kept for the process, so no destructor runs at exit.
+    static const py::handle np_bool = py::object(py::module_::import("numpy").attr("bool_")).release();
+    return py::isinstance<py::bool_>(x) || py::isinstance(x, np_bool);
 }
 
 // One length (a split length, a sentence length, a head index): an integer,
@@ -165,15 +168,19 @@ bool is_bool(const py::handle& x)
 // pass through (the C++ layer names them: "negative length").
 long long read_length(const py::handle& x, const std::string& what)
 {
-    if (is_bool(x) || py::isinstance<py::float_>(x) || !py::hasattr(x, "__index__")) {
+    const bool plain_int = PyLong_CheckExact(x.ptr());  // the common case, never a bool
+    if (!plain_int && (is_bool(x) || py::isinstance<py::float_>(x) || !py::hasattr(x, "__index__"))) {
         throw py::type_error(what + " must hold integers, got " + type_of(x));
     }
-    py::int_ v = x.attr("__index__")();
-    if (v > py::int_(std::numeric_limits<long long>::max()) || v < py::int_(std::numeric_limits<long long>::min())) {
+    const py::object v = plain_int ? py::reinterpret_borrow<py::object>(x) : x.attr("__index__")();
+    int overflow = 0;
+    const long long out = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+    if (overflow != 0) {
         throw biaffine::length_error(what + ": " + std::string(py::str(v)) +
                                      " is out of range (a length is at most 2**63 - 1)");
     }
-    return v.cast<long long>();
+    if (out == -1 && PyErr_Occurred()) throw py::error_already_set();
+    return out;
 }
 
 // A 1-d array of lengths must be of integers (a bool array reads as 0/1).
