@@ -2,17 +2,19 @@
 //
 // lazy_split: lengths sum to n, each in [1, max_length], and equal a naive
 // recursive re-implementation of the rule (cut a piece longer than max before
-// its highest-scoring token other than its first; ties: earliest; NaN lowest).
+// its highest-scoring token other than its first; ties: earliest); a NaN score
+// anywhere throws biaffine::error.
 // cap_split_lengths: sums preserved sentence by sentence, zero-length
 // sentences kept, every piece within max; without scores the fewest and most
 // equal pieces, longer first; with scores exactly lazy_split per sentence.
-// Bad arguments (max_length 0, scores of the wrong size) throw the documented
-// errors.
+// Bad arguments (max_length 0, scores of the wrong size, a NaN score) throw
+// the documented errors.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "biaffine/lazy_split.hpp"
@@ -37,6 +39,32 @@ T score_of(fuzz::input& in)
     } else {
         return static_cast<T>(b % 16);
     }
+}
+
+template <class T>
+bool has_nan(const std::vector<T>& s)
+{
+    if constexpr (std::is_floating_point_v<T>) {
+        return std::any_of(s.begin(), s.end(), [](T x) { return std::isnan(x); });
+    } else {
+        return false;
+    }
+}
+
+// True when f() throws biaffine::error that is none of its subclasses.
+template <class F>
+bool throws_plain_error(F&& f)
+{
+    try {
+        f();
+    } catch (const length_error&) {
+        return false;
+    } catch (const shape_error&) {
+        return false;
+    } catch (const error&) {
+        return true;
+    }
+    return false;
 }
 
 template <class T>
@@ -79,6 +107,11 @@ void fuzz_lazy(fuzz::input& in)
             threw = true;
         }
         FUZZ_CHECK(threw);
+        return;
+    }
+    if (has_nan(scores)) {
+        FUZZ_CHECK(throws_plain_error([&] { lazy_split(scores, max); }));
+        FUZZ_CHECK(throws_plain_error([&] { lazy_split(scores.data(), n, max); }));
         return;
     }
     const std::vector<std::size_t> got = lazy_split(scores, max);
@@ -129,6 +162,10 @@ void fuzz_cap(fuzz::input& in)
             threw = true;
         }
         FUZZ_CHECK(threw);
+        return;
+    }
+    if (with_scores == 1 && has_nan(scores)) {
+        FUZZ_CHECK(throws_plain_error([&] { cap_split_lengths(lengths, max, scores); }));
         return;
     }
     const std::vector<std::size_t> got =

@@ -169,6 +169,30 @@ TEST_CASE("malformed CoNLL-U names the file and the line")
     CHECK_THROWS_WITH(conllu::read_file(sample_dir + "no-such-file.conllu"), Catch::Contains("no-such-file.conllu: cannot open"));
 }
 
+TEST_CASE("heads that form a cycle are an error naming the file and the sentence's first line")
+{
+    const std::string ok = w("1", "a", "X", "0", "root") + "\n";  // lines 1-2
+    // Lines 3-7: a comment, then a root and a 2-cycle (2 -> 3 -> 2).
+    const std::string two = "# sent_id = 2\n" + w("1", "a", "X", "0", "root") + w("2", "b", "X", "3", "dep") +
+                            w("3", "c", "X", "2", "dep") + "\n";
+    require_error(ok + two, "snippet.conllu:3:", "form a cycle (words 2 -> 3 -> 2)");
+    // No root at all: every chain ends in the cycle 1 -> 2 -> 3 -> 1.
+    require_error(w("1", "a", "X", "2", "dep") + w("2", "b", "X", "3", "dep") + w("3", "c", "X", "1", "dep") + "\n",
+                  "snippet.conllu:1:", "form a cycle (words 1 -> 2 -> 3 -> 1)");
+    // A chain into a cycle (4 -> 2 -> 3 -> 2) names the cycle, not the chain.
+    require_error(w("1", "a", "X", "0", "root") + w("2", "b", "X", "3", "dep") + w("3", "c", "X", "2", "dep") +
+                      w("4", "d", "X", "2", "dep") + "\n",
+                  "snippet.conllu:1:", "(words 2 -> 3 -> 2)");
+    // Trees (deep chains, several roots as some treebanks' fragments) and
+    // sentences without heads ('_') still read.
+    const auto trees = parse(ok + w("1", "a", "X", "2", "dep") + w("2", "b", "X", "3", "dep") +
+                             w("3", "c", "X", "0", "root") + w("4", "d", "X", "3", "dep") + "\n" +
+                             "1\ta\t_\tX\t_\t_\t_\t_\t_\t_\n2\tb\t_\tX\t_\t_\t_\t_\t_\t_\n\n");
+    REQUIRE(trees.size() == 3);
+    CHECK(trees[1].words[0].head == 2);
+    CHECK_FALSE(trees[2].annotated());
+}
+
 TEST_CASE("attachment scores as the CoNLL 2018 shared task: words, universal relations, and without punctuation")
 {
     // Gold: 5 words, one of them PUNCT, plus a multiword token that must not count.

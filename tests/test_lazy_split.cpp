@@ -105,16 +105,35 @@ TEST_CASE("lazy_split: ties go to the earliest token, never the piece's first", 
     CHECK(lazy_split(std::vector<double>{0, 0, 7, 0, 7, 0}, 4) == sizes{2, 4});
 }
 
-TEST_CASE("lazy_split: NaN ranks below every number, -inf included", "[lazy_split]")
+TEST_CASE("lazy_split: -inf and inf are ordered as numbers", "[lazy_split]")
 {
-    const double nan = std::numeric_limits<double>::quiet_NaN();
     const double inf = std::numeric_limits<double>::infinity();
-    CHECK(lazy_split(std::vector<double>(5, nan), 2) == sizes{1, 1, 1, 2});
-    CHECK(lazy_split(std::vector<double>{0, nan, 1, nan, 0}, 2) == sizes{2, 2, 1});
-    CHECK(lazy_split(std::vector<double>{0, nan, -inf, nan}, 2) == sizes{2, 2});
-    const float nanf = std::numeric_limits<float>::quiet_NaN();
-    CHECK(lazy_split(std::vector<float>{nanf, nanf, nanf, 1}, 3) == sizes{3, 1});
+    CHECK(lazy_split(std::vector<double>(5, -inf), 2) == sizes{1, 1, 1, 2});
+    CHECK(lazy_split(std::vector<double>{0, -inf, 1, -inf, 0}, 2) == sizes{2, 2, 1});
     CHECK(lazy_split(std::vector<double>{0, inf, 1, 2}, 2) == sizes{1, 2, 1});
+}
+
+// NaN sentence-start scores are refused, as the decoders refuse NaN scores:
+// all-NaN once split as if every score were equal.
+TEST_CASE("lazy_split and cap_split_lengths: a NaN score throws, naming its token", "[lazy_split]")
+{
+    using Catch::Matchers::Contains;
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    CHECK_THROWS_AS(lazy_split(std::vector<double>(5, nan), 2), biaffine::error);
+    CHECK_THROWS_WITH(lazy_split(std::vector<double>(5, nan), 2), "lazy_split: sentence-start score is NaN at token 0");
+    CHECK_THROWS_WITH(lazy_split(std::vector<double>{0, 1, 2, nan}, 2), Contains("NaN at token 3"));
+    // Also where no cut is needed (the document fits): bad input either way.
+    CHECK_THROWS_WITH(lazy_split(std::vector<double>{0, nan}, 8), Contains("NaN at token 1"));
+    const float nanf = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<float> f{0, 1, nanf, 1};
+    CHECK_THROWS_AS(lazy_split(f.data(), f.size(), 3), biaffine::error);
+    // cap_split_lengths names the token in the document, in any sentence.
+    CHECK_THROWS_WITH(cap_split_lengths(sizes{2, 3}, 2, std::vector<float>{0, 1, 0, 1, nanf}),
+                      "cap_split_lengths: sentence-start score is NaN at token 4");
+    CHECK_THROWS_WITH(cap_split_lengths(sizes{2, 3}, 2, std::vector<float>{nanf, 1, 0, 1, 0}),
+                      Contains("NaN at token 0"));
+    // Without NaN the same inputs split.
+    CHECK(cap_split_lengths(sizes{2, 3}, 2, std::vector<float>{0, 1, 0, 1, 0}) == sizes{2, 1, 2});
 }
 
 TEMPLATE_TEST_CASE("lazy_split: matches the naive recursion on random input", "[lazy_split]",
@@ -136,7 +155,7 @@ TEMPLATE_TEST_CASE("lazy_split: matches the naive recursion on random input", "[
         for (auto& x : s) {
             if (kind == 0) x = real_d(rng);
             else if (kind == 1) x = static_cast<T>(small_d(rng));
-            else x = pct(rng) < 20 ? std::numeric_limits<T>::quiet_NaN() : real_d(rng);
+            else x = pct(rng) < 20 ? -std::numeric_limits<T>::infinity() : real_d(rng);
         }
         const sizes got = lazy_split(s, max_len);
         INFO("iter " << iter << " n " << n << " max " << max_len);

@@ -18,7 +18,8 @@
 // HEAD and DEPREL `_` reads as unannotated (head = no_head; written back as
 // `_`), so a parser reads raw CoNLL-U, sets heads and relations, and writes
 // it. A sentence is parsed or not as a whole: a tree on some words only is an
-// error, as is scoring or training on a sentence without one.
+// error, as is scoring or training on a sentence without one. Known heads
+// that form a cycle are an error naming the sentence's first line.
 #pragma once
 
 #include <biaffine/abi.hpp>
@@ -102,6 +103,34 @@ inline bool parse_index(const std::string& s, std::size_t& out)
     return true;
 }
 
+/// The first cycle among a sentence's known heads, as "2 -> 3 -> 2", or ""
+/// when every chain of heads ends at the root or at a `_` head. Heads are
+/// already in range (0..n or no_head). O(n): each word is walked once.
+inline std::string head_cycle(const std::vector<word>& words)
+{
+    const std::size_t n = words.size();
+    const auto up = [&](std::size_t v) { return words[v - 1].head == no_head ? std::size_t{0} : words[v - 1].head; };
+    std::vector<unsigned char> state(n + 1, 0);  // 0 not seen, 1 on the walk, 2 ends at the root or a '_'
+    for (std::size_t start = 1; start <= n; ++start) {
+        std::size_t v = start;
+        while (v != 0 && state[v] == 0) {
+            state[v] = 1;
+            v = up(v);
+        }
+        if (v != 0 && state[v] == 1) {
+            std::string s = std::to_string(v);
+            std::size_t u = v;
+            do {
+                u = up(u);
+                s += " -> " + std::to_string(u);
+            } while (u != v);
+            return s;
+        }
+        for (v = start; v != 0 && state[v] == 1; v = up(v)) state[v] = 2;
+    }
+    return {};
+}
+
 inline void split_tabs(const std::string& line, std::vector<std::string>& cols)
 {
     cols.clear();
@@ -141,6 +170,11 @@ inline std::vector<sentence> read(std::istream& in, const std::string& name)
                 if (cur.words[w].head != no_head && cur.words[w].head > cur.words.size())
                     detail::fail(name, word_lines[w], "head " + std::to_string(cur.words[w].head) + " out of range: the sentence has " +
                                                           std::to_string(cur.words.size()) + " words");
+            // A cycle has no path to the root: not a tree (what the scorer's
+            // gold heads and the decoders assume).
+            if (const std::string c = detail::head_cycle(cur.words); !c.empty())
+                detail::fail(name, cur.line, "the heads of the sentence starting here form a cycle (words " + c +
+                                                 "): every word's chain of heads must reach the root (HEAD 0)");
             for (const auto& [at, last] : ranges)
                 if (last > cur.words.size())
                     detail::fail(name, at, "multiword token ends at word " + std::to_string(last) + " but the sentence has " +

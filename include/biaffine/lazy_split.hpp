@@ -7,9 +7,9 @@
 // it runs in O(n) time and O(n) memory with an explicit stack: a 1M-token
 // document with monotone scores (a degenerate, 1M-deep tree) is fine.
 //
-// Ordering of scores: NaN counts as lower than every number (including -inf),
-// and among equal scores the earliest token wins. A piece made only of NaN or
-// equal scores is therefore cut right after its first token.
+// Ordering of scores: among equal scores the earliest token wins, so a piece
+// of equal scores is cut right after its first token. A NaN score throws
+// error (as the decoders do): ordering it anywhere would cut on noise.
 #pragma once
 
 #include "biaffine/abi.hpp"
@@ -27,7 +27,8 @@
 BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
-/// Strict "a scores lower than b" with NaN below everything; NaNs tie.
+/// Strict "a scores lower than b" with NaN below everything; NaNs tie (the
+/// public functions refuse NaN first; kept total for any caller of the walk).
 template <class T>
 inline bool split_score_less(T a, T b)
 {
@@ -36,6 +37,19 @@ inline bool split_score_less(T a, T b)
         if (std::isnan(b)) return false;
     }
     return a < b;
+}
+
+/// Throws error naming the first NaN of scores[0, n) (token `first + i`).
+template <class T>
+void check_no_nan(const T* s, std::size_t n, std::size_t first, const char* where)
+{
+    if constexpr (std::is_floating_point_v<T>) {
+        for (std::size_t i = 0; i < n; ++i) {
+            if (std::isnan(s[i])) throw error(msg(where, ": sentence-start score is NaN at token ", first + i));
+        }
+    } else {
+        (void)s, (void)n, (void)first, (void)where;
+    }
 }
 
 inline void check_max_length(std::size_t max_length, const char* where)
@@ -147,11 +161,11 @@ auto with_contiguous_1d(const C& c, const char* where, F&& f)
 /// probabilities (float, double, or any arithmetic type). Returns split lengths
 /// `[n_splits]` in document order, each in [1, max_length], summing to
 /// `n_tokens`. A piece longer than `max_length` is cut before its highest-scoring
-/// token other than its first (ties: earliest; NaN: lowest), recursively.
+/// token other than its first (ties: earliest), recursively.
 /// An empty document gives an empty result.
 ///
 /// Throws length_error if max_length == 0, error if the pointer is null while
-/// n_tokens > 0.
+/// n_tokens > 0 or if a score is NaN (naming the token).
 template <class T>
 std::vector<std::size_t> lazy_split(const T* sent_start_scores, std::size_t n_tokens,
                                     std::size_t max_length)
@@ -161,6 +175,7 @@ std::vector<std::size_t> lazy_split(const T* sent_start_scores, std::size_t n_to
     if (n_tokens > 0 && sent_start_scores == nullptr) {
         throw error(detail::msg("lazy_split: null score pointer for ", n_tokens, " tokens"));
     }
+    detail::check_no_nan(sent_start_scores, n_tokens, 0, "lazy_split");
     std::vector<std::size_t> out, left, right;
     detail::lazy_split_into(sent_start_scores, n_tokens, max_length, out, left, right);
     return out;
@@ -192,7 +207,7 @@ std::vector<std::size_t> lazy_split(const C& sent_start_scores, std::size_t max_
 /// Returns the lengths in document order; they sum to sum(lengths).
 ///
 /// Throws length_error if max_length == 0, overflow_error if sum(lengths)
-/// overflows.
+/// overflows, error if a score is NaN (naming its token in the document).
 template <class T = float>
 std::vector<std::size_t> cap_split_lengths(const std::vector<std::size_t>& lengths,
                                            std::size_t max_length, const T* scores = nullptr)
@@ -208,6 +223,7 @@ std::vector<std::size_t> cap_split_lengths(const std::vector<std::size_t>& lengt
             throw overflow_error(detail::msg("cap_split_lengths: sentence ", i, ": offset ", offset,
                                              " + length ", len, " overflows"));
         }
+        if (scores != nullptr) detail::check_no_nan(scores + offset, len, offset, "cap_split_lengths");
         if (len <= max_length) {
             out.push_back(len);
         } else if (scores != nullptr) {

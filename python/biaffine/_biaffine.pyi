@@ -99,7 +99,7 @@ class _Scorer:
     def predict_stream(self, docs: Sequence[_FloatArray], split_lengths: Sequence[_IntList],
                        callback: _StreamCallback, *, budget: _Budget = ..., threads: int = 1, buffer: int = 256,
                        oversize: _Oversize = "run_alone", pad_seq_unpad_matrix: bool = False) -> None:
-        """callback(split, doc, scores [n, n(, o)]) per split; the view is valid during the call only."""
+        """callback(split, doc, scores [n, n(, o)]) per split; scores is Python's, and may be kept."""
     def forward(self, docs: Sequence[_FloatArray], split_lengths: Sequence[_IntList], *, train: bool = True,
                 budget: _Budget = ..., threads: int = 1, buffer: int = 256, oversize: _Oversize = "run_alone",
                 pad_seq_unpad_matrix: bool = False) -> Tuple[List[_FloatArray], _Backprop]: ...

@@ -14,7 +14,8 @@ back but are not words: the basic tree, and the scores, cover words only.
 
 Text to be parsed has no tree: a sentence whose every word has HEAD and DEPREL ``_`` reads
 as unannotated (``Word.head is None``, written back as ``_``); a tree on some of its words
-only is an error, as is scoring or taking gold heads from a sentence without one.
+only is an error, as is scoring or taking gold heads from a sentence without one. Known heads
+that form a cycle are an error naming the sentence's first line.
 """
 
 from __future__ import annotations
@@ -76,6 +77,32 @@ def _index(s: str):
     return int(s)
 
 
+def _head_cycle(words: Sequence[Word]) -> str:
+    # The first cycle among the known heads, "2 -> 3 -> 2", or "" (as the C++
+    # detail::head_cycle; heads already in range). Each word is walked once.
+    def up(v: int) -> int:
+        h = words[v - 1].head
+        return 0 if h is None else h
+
+    state = [0] * (len(words) + 1)  # 0 not seen, 1 on the walk, 2 ends at the root or a "_"
+    for start in range(1, len(words) + 1):
+        v = start
+        while v != 0 and state[v] == 0:
+            state[v] = 1
+            v = up(v)
+        if v != 0 and state[v] == 1:
+            cycle, u = [v], up(v)
+            while u != v:
+                cycle.append(u)
+                u = up(u)
+            return " -> ".join(map(str, cycle + [v]))
+        v = start
+        while v != 0 and state[v] == 1:
+            state[v] = 2
+            v = up(v)
+    return ""
+
+
 def parse(text: str, name: str = "<string>") -> List[Sentence]:
     """Sentences of CoNLL-U text; `name` is the file name errors give."""
 
@@ -106,6 +133,10 @@ def parse(text: str, name: str = "<string>") -> List[Sentence]:
             for wl, w in zip(word_lines, cur.words):
                 if w.head is not None and w.head > n:
                     fail(wl, f"head {w.head} out of range: the sentence has {n} words")
+            cycle = _head_cycle(cur.words)
+            if cycle:  # no path to the root: not a tree
+                fail(cur.line, f"the heads of the sentence starting here form a cycle (words {cycle}): every word's "
+                     "chain of heads must reach the root (HEAD 0)")
             for at, last in ranges:
                 if last > n:
                     fail(at, f"multiword token ends at word {last} but the sentence has {n} words")

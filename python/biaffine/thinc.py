@@ -41,6 +41,7 @@ accumulates straight into Thinc's gradients. When Thinc holds another array
 for a param (``from_bytes``, ``copy``, ``use_params``), the next call builds
 a scorer from the arrays Thinc holds (one copy) and registers its views.
 """
+import operator
 from typing import Callable, List, Optional, Tuple, Union
 
 import numpy as np
@@ -325,7 +326,7 @@ def _scorer_forward(model: Model, X, is_train: bool):
     s = get_scorer(model)
     if isinstance(X, tuple):  # the reference's padded interface
         Xp, lengths = X
-        lens = [int(n) for n in lengths]
+        lens = [_split_length(n, "padded lengths") for n in lengths]
         if not is_train:
             return s.predict_padded(Xp, lens), _no_backprop
         Y, bp = s.forward_padded(Xp, lens, train=True)
@@ -396,13 +397,21 @@ def with_splits(inner: Model) -> Model:
                  attrs={"_biaffine_layer": True})
 
 
+def _split_length(n, what: str) -> int:
+    # As the binding reads split lengths: True / False would be 1 / 0.
+    if isinstance(n, (bool, np.bool_)) or isinstance(n, float) or not hasattr(n, "__index__"):
+        raise TypeError(f"{what} must hold integers, got {type(n).__name__}")
+    return operator.index(n)
+
+
 def _docs_to_splits(docs, lengths):
     out = []
     for X_doc, ls in zip(docs, lengths):
         offset = 0
         for n in ls:
-            out.append(X_doc[offset: offset + int(n)])
-            offset += int(n)
+            n = _split_length(n, "with_splits: split lengths")
+            out.append(X_doc[offset: offset + n])
+            offset += n
     return out
 
 

@@ -22,6 +22,7 @@
 #include <limits>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <new>
@@ -152,6 +153,46 @@ doc_views<T> read_docs(const py::handle& docs, const char* what)
 
 using lengths_t = std::vector<std::vector<long long>>;
 
+// True and False (and numpy's bools) are ints to Python; as lengths or
+// counts they would read as 1 and 0 without a word, so they are refused.
+bool is_bool(const py::handle& x)
+{
+    // numpy.bool_, looked up once (numpy is loaded with this module); the
+    // reference is kept for the process, so no destructor runs at exit.
+    static const py::handle np_bool = py::object(py::module_::import("numpy").attr("bool_")).release();
+    return py::isinstance<py::bool_>(x) || py::isinstance(x, np_bool);
+}
+
+// One length (a split length, a sentence length, a head index): an integer,
+// not a bool, not a float, that fits a signed 64-bit size. Negative values
+// pass through (the C++ layer names them: "negative length").
+long long read_length(const py::handle& x, const std::string& what)
+{
+    const bool plain_int = PyLong_CheckExact(x.ptr());  // the common case, never a bool
+    if (!plain_int && (is_bool(x) || py::isinstance<py::float_>(x) || !py::hasattr(x, "__index__"))) {
+        throw py::type_error(what + " must hold integers, got " + type_of(x));
+    }
+    const py::object v = plain_int ? py::reinterpret_borrow<py::object>(x) : x.attr("__index__")();
+    int overflow = 0;
+    const long long out = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+    if (overflow != 0) {
+        throw biaffine::length_error(what + ": " + std::string(py::str(v)) +
+                                     " is out of range (a length is at most 2**63 - 1)");
+    }
+    if (out == -1 && PyErr_Occurred()) throw py::error_already_set();
+    return out;
+}
+
+// A 1-d array of lengths must be of integers (a bool array reads as 0/1).
+void check_length_array(const py::handle& l, const std::string& what)
+{
+    if (!py::isinstance<py::array>(l)) return;
+    const auto dt = py::reinterpret_borrow<py::array>(l).dtype();
+    if (dt.kind() != 'i' && dt.kind() != 'u') {
+        throw py::type_error(what + " must hold integers, got dtype " + dtype_name(dt));
+    }
+}
+
 lengths_t read_lengths(const py::handle& lengths, const char* what)
 {
     if (!py::isinstance<py::sequence>(lengths) || py::isinstance<py::str>(lengths)) {
@@ -163,18 +204,14 @@ lengths_t read_lengths(const py::handle& lengths, const char* what)
     out.reserve(seq.size());
     for (std::size_t d = 0; d < seq.size(); ++d) {
         py::object l = seq[d];
+        const std::string name = std::string(what) + ": split_lengths[" + std::to_string(d) + "]";
         if (!py::isinstance<py::sequence>(l) && !py::isinstance<py::array>(l)) {
-            throw py::type_error(std::string(what) + ": split_lengths[" + std::to_string(d) +
-                                 "] must be a list of integers, got " + type_of(l));
+            throw py::type_error(name + " must be a list of integers, got " + type_of(l));
         }
+        check_length_array(l, name);
         std::vector<long long> row;
-        for (py::handle x : l) {
-            if (py::isinstance<py::float_>(x) || !py::hasattr(x, "__index__")) {
-                throw py::type_error(std::string(what) + ": split_lengths[" + std::to_string(d) +
-                                     "] must hold integers, got " + type_of(x));
-            }
-            row.push_back(x.attr("__index__")().cast<long long>());
-        }
+        std::size_t i = 0;
+        for (py::handle x : l) row.push_back(read_length(x, name + "[" + std::to_string(i++) + "]"));
         out.push_back(std::move(row));
     }
     return out;
@@ -631,49 +668,129 @@ py::list predict(py::object self, const py::handle& docs, const py::handle& leng
     return adopt_scores(Y);
 }
 
-// Calls `callback(split, doc, view)` with a read-only numpy view of C++
-// memory that is valid during the call only (the GIL is taken for the call
-// alone); a callback that keeps the view (or a view of it) gets ValueError.
+// The Python-owned block a stream's callback is handed. Library memory is
+// never handed out: a stream's scores live in scratch carved from the
+// batch's workspace, overwritten by the next split and freed with the batch,
+// and numpy cannot move a kept array (nor its slices or memoryviews) to a
+// copy afterwards. So each split is copied once into this block (one pass
+// over it, beside the O(n^2 h) work that made it). While the callback keeps
+// nothing the block is reused for the next split; a block it kept (the
+// array, a slice, a memoryview: each holds `array` through numpy's base
+// chain) stays the caller's and the next split gets a fresh one. numpy
+// allocates it, outside the tracker and the budget.
 template <class T>
-void call_with_view(const py::function& callback, std::size_t split, std::size_t doc, const T* data,
-                    std::vector<py::ssize_t> shape, std::vector<py::ssize_t> strides, const char* where)
+struct stream_block {
+    py::object array;  // 1-d, owns its data
+    T* data = nullptr;
+    std::size_t capacity = 0;
+};
+
+// Copies a strided [shape] block of T (byte strides) to dst, C order.
+template <class T>
+void copy_block(T* dst, const T* src, const std::vector<py::ssize_t>& shape, const std::vector<py::ssize_t>& strides)
 {
+    const std::size_t nd = shape.size();
+    // The trailing dimensions that are contiguous go in one memcpy.
+    std::size_t inner = 1, k = nd;
+    while (k > 0 && strides[k - 1] == static_cast<py::ssize_t>(inner * sizeof(T))) {
+        inner *= static_cast<std::size_t>(shape[k - 1]);
+        --k;
+    }
+    std::vector<py::ssize_t> at(k, 0);
+    for (;;) {
+        const char* p = reinterpret_cast<const char*>(src);
+        for (std::size_t d = 0; d < k; ++d) p += at[d] * strides[d];
+        if (k == nd) {
+            *dst++ = *reinterpret_cast<const T*>(p);
+        } else {
+            std::memcpy(dst, p, inner * sizeof(T));
+            dst += inner;
+        }
+        std::size_t d = k;
+        while (d > 0 && ++at[d - 1] == shape[d - 1]) at[--d] = 0;
+        if (d == 0) return;
+    }
+}
+
+// Calls `callback(split, doc, scores)` with a read-only copy of the C++
+// block in `block` (see stream_block); the GIL is taken for the call alone.
+template <class T>
+void call_with_view(const py::function& callback, stream_block<T>& block, std::size_t split, std::size_t doc,
+                    const T* data, const std::vector<py::ssize_t>& shape, const std::vector<py::ssize_t>& strides)
+{
+    std::size_t count = 1;
+    for (auto e : shape) count *= static_cast<std::size_t>(e);
+    if (count != 0) {
+        {
+            py::gil_scoped_acquire acquire;
+            if (block.capacity < count) {
+                block = stream_block<T>{};  // an unkept smaller one goes now
+                py::array_t<T> a(static_cast<py::ssize_t>(count));
+                block.data = a.mutable_data();
+                block.capacity = count;
+                block.array = std::move(a);
+            }
+        }
+        copy_block(block.data, data, shape, strides);
+    }
     py::gil_scoped_acquire acquire;
-    bool empty = false;
-    for (auto e : shape) empty = empty || e == 0;
-    py::array view = empty ? py::array(py::array_t<T>(shape))
-                           : py::array(py::dtype::of<T>(), shape, strides, data, py::none());
+    py::object view = count == 0 ? py::array(py::array_t<T>(shape))
+                                 : py::array(py::dtype::of<T>(), shape, std::vector<py::ssize_t>{}, block.data,
+                                             block.array);
     view.attr("setflags")(py::arg("write") = false);
-    const auto kept = [&] {
-        return std::string(where) + ": the callback kept a reference to the view of split " + std::to_string(split) +
-               ", which is valid only during the call; keep a copy (scores.copy()) instead";
+    // Whatever the callback does (returns, raises with the array in its
+    // traceback's frames), a block still referenced is not reused.
+    const auto release = [&] {
+        view = py::object();
+        if (count != 0 && block.array.ref_count() > 1) block = stream_block<T>{};
     };
     try {
         callback(split, doc, view);
-    } catch (py::error_already_set& e) {
-        // The traceback's frames hold the callback's locals, the view among
-        // them, and outlive the stream with the exception: cleared, so that
-        // a caller keeping the exception keeps no view of reused memory.
-        if (!empty) {
-            py::module_::import("traceback").attr("clear_frames")(e.trace());
-            if (view.ref_count() > 1) {
-                py::raise_from(e, PyExc_ValueError, kept().c_str());
-                throw py::error_already_set();
-            }
-        }
+    } catch (...) {
+        release();
         throw;
     }
-    if (!empty && view.ref_count() > 1) throw py::value_error(kept());
+    release();
+}
+
+// A stream's callback: called as callback(split_index, doc_index, scores).
+// Checked before any work where inspect can read its signature (passing
+// `results.append` is an easy slip); builtins that give no signature are
+// called as they are.
+py::function read_callback(const py::handle& cb, const char* where)
+{
+    if (!PyCallable_Check(cb.ptr())) {
+        throw py::type_error(std::string(where) + ": callback must be callable as callback(split_index, doc_index, "
+                             "scores), got " + type_of(cb));
+    }
+    py::object sig;
+    try {
+        sig = py::module_::import("inspect").attr("signature")(cb);
+    } catch (py::error_already_set& e) {
+        if (!e.matches(PyExc_ValueError) && !e.matches(PyExc_TypeError)) throw;
+        return py::reinterpret_borrow<py::function>(cb);
+    }
+    try {
+        sig.attr("bind")(0, 0, py::none());
+    } catch (py::error_already_set& e) {
+        if (!e.matches(PyExc_TypeError)) throw;
+        throw py::type_error(std::string(where) + ": callback must take three positional arguments (split_index, "
+                             "doc_index, scores), but " + std::string(py::repr(cb)) + " has the signature " +
+                             std::string(py::str(sig)) + " (" + std::string(py::str(e.value())) + ")");
+    }
+    return py::reinterpret_borrow<py::function>(cb);
 }
 
 template <class T>
-void predict_stream(py::object self, const py::handle& docs, const py::handle& lengths, const py::function& callback,
+void predict_stream(py::object self, const py::handle& docs, const py::handle& lengths, const py::object& callback_obj,
                     const py::object& budget, long long threads, long long buffer, const std::string& oversize,
                     bool pad)
 {
     auto& s = called_scorer<T>(self);
+    const py::function callback = read_callback(callback_obj, "predict_stream");
     call_args<T> a("predict_stream", docs, lengths, nullptr, budget, threads, buffer, oversize, pad);
     const std::size_t labels = s.labels();
+    stream_block<T> block;  // released with the GIL held: declared before `release`
     auto sink = [&](std::size_t split, std::size_t doc, biaffine::score_view<const T> v) {
         std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(v.n), static_cast<py::ssize_t>(v.n)};
         std::vector<py::ssize_t> strides{static_cast<py::ssize_t>(v.row_stride * sizeof(T)),
@@ -682,7 +799,7 @@ void predict_stream(py::object self, const py::handle& docs, const py::handle& l
             shape.push_back(static_cast<py::ssize_t>(labels));
             strides.push_back(sizeof(T));
         }
-        call_with_view<T>(callback, split, doc, v.data, std::move(shape), std::move(strides), "predict_stream");
+        call_with_view<T>(callback, block, split, doc, v.data, shape, strides);
     };
     py::gil_scoped_release release;
     with_model(s, a.o, [&](auto& m) {
@@ -712,17 +829,18 @@ py::list predict_heads(py::object self, const py::handle& docs, const py::handle
 
 template <class T>
 void predict_heads_stream(py::object self, const py::handle& docs, const py::handle& lengths,
-                          const py::handle& heads, const py::function& callback, const py::object& budget,
+                          const py::handle& heads, const py::object& callback_obj, const py::object& budget,
                           long long threads, long long buffer, const std::string& oversize, bool pad)
 {
     auto& s = called_scorer<T>(self);
+    const py::function callback = read_callback(callback_obj, "predict_heads_stream");
     call_args<T> a("predict_heads_stream", docs, lengths, &heads, budget, threads, buffer, oversize, pad);
+    stream_block<T> block;  // released with the GIL held: declared before `release`
     auto sink = [&](std::size_t split, std::size_t doc, biaffine::seq_view<const T> v) {
-        call_with_view<T>(callback, split, doc, v.data,
+        call_with_view<T>(callback, block, split, doc, v.data,
                           {static_cast<py::ssize_t>(v.rows), static_cast<py::ssize_t>(v.cols)},
                           {static_cast<py::ssize_t>(v.row_stride * sizeof(T)),
-                           static_cast<py::ssize_t>(v.col_stride * sizeof(T))},
-                          "predict_heads_stream");
+                           static_cast<py::ssize_t>(v.col_stride * sizeof(T))});
     };
     py::gil_scoped_release release;
     with_model(s, a.o, [&](auto& m) {
@@ -872,11 +990,26 @@ xt::xtensor<std::int64_t, 2> padded_heads(const py::handle& heads, const std::ar
     return h;
 }
 
+// The padded interface's `lengths [b]`: integers (not bools), as int64.
+std::vector<std::int64_t> padded_lengths(const py::handle& obj, const char* where)
+{
+    const std::string what = std::string(where) + ": lengths";
+    if (!py::isinstance<py::sequence>(obj) && !py::isinstance<py::array>(obj)) {
+        throw py::type_error(what + " must be a list or 1-d array of integers, got " + type_of(obj));
+    }
+    check_length_array(obj, what);
+    std::vector<std::int64_t> out;
+    std::size_t i = 0;
+    for (py::handle x : obj) out.push_back(read_length(x, what + "[" + std::to_string(i++) + "]"));
+    return out;
+}
+
 template <class T>
-py::array predict_padded(py::object self, const py::handle& x, const std::vector<std::int64_t>& lengths)
+py::array predict_padded(py::object self, const py::handle& x, const py::handle& lengths_obj)
 {
     auto& s = called_scorer<T>(self);
     auto [a, shape] = padded_input<T>(x, "predict_padded");
+    const auto lengths = padded_lengths(lengths_obj, "predict_padded");
     auto xv = xt::adapt(a.data(), static_cast<std::size_t>(a.size()), xt::no_ownership(), shape);
     biaffine::score_array<T> y;
     {
@@ -887,11 +1020,12 @@ py::array predict_padded(py::object self, const py::handle& x, const std::vector
 }
 
 template <class T>
-py::array predict_heads_padded(py::object self, const py::handle& x, const std::vector<std::int64_t>& lengths,
+py::array predict_heads_padded(py::object self, const py::handle& x, const py::handle& lengths_obj,
                                const py::handle& heads)
 {
     auto& s = called_scorer<T>(self);
     auto [a, shape] = padded_input<T>(x, "predict_heads_padded");
+    const auto lengths = padded_lengths(lengths_obj, "predict_heads_padded");
     auto xv = xt::adapt(a.data(), static_cast<std::size_t>(a.size()), xt::no_ownership(), shape);
     const auto h = padded_heads(heads, shape);
     biaffine::score_array<T> y;
@@ -904,11 +1038,12 @@ py::array predict_heads_padded(py::object self, const py::handle& x, const std::
 
 // forward_padded (heads None) and forward_heads_padded: (y, backprop(dy) -> dx).
 template <class T>
-py::tuple forward_padded_any(py::object self, const py::handle& x, const std::vector<std::int64_t>& lengths,
+py::tuple forward_padded_any(py::object self, const py::handle& x, const py::handle& lengths_obj,
                              const py::handle& heads, bool train, const char* where)
 {
     auto& s = called_scorer<T>(self, true);
     auto [a, shape] = padded_input<T>(x, where);
+    const auto lengths = padded_lengths(lengths_obj, where);
     auto xv = xt::adapt(a.data(), static_cast<std::size_t>(a.size()), xt::no_ownership(), shape);
     const bool with_heads = !heads.is_none();
     xt::xtensor<std::int64_t, 2> h;
@@ -1062,8 +1197,9 @@ void bind_scorer(py::module_& m, const char* name)
         .def("predict_stream", &predict_stream<T>, py::arg("docs"), py::arg("split_lengths"), py::arg("callback"),
              py::kw_only(), py::arg("budget") = default_budget, py::arg("threads") = 1, py::arg("buffer") = 256,
              py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false,
-             "callback(split_index, doc_index, scores [n, n(, o)]) per split, a read-only view valid during the "
-             "call; the GIL is held only for the callback, whose exception stops the stream and propagates.")
+             "callback(split_index, doc_index, scores [n, n(, o)]) per split: a read-only array Python owns, "
+             "which the callback may keep (a kept block is never reused); the GIL is held only for the callback, "
+             "whose exception stops the stream and propagates.")
         .def("forward", &forward<T>, py::arg("docs"), py::arg("split_lengths"), py::kw_only(), py::arg("train") = true,
              py::arg("budget") = default_budget, py::arg("threads") = 1, py::arg("buffer") = 256,
              py::arg("oversize") = "run_alone", py::arg("pad_seq_unpad_matrix") = false,
@@ -1099,19 +1235,19 @@ void bind_scorer(py::module_& m, const char* name)
         .def("predict_padded", &predict_padded<T>, py::arg("x"), py::arg("lengths"),
              "x [b, L, n_in], lengths [b] -> [b, L, L] (or [b, L, L, o]).")
         .def("forward_padded",
-             [](py::object self, const py::handle& x, const std::vector<std::int64_t>& lengths, bool train) {
-                 return forward_padded_any<T>(std::move(self), x, lengths, py::none(), train, "forward_padded");
+             [](py::object self, const py::handle& x, const py::handle& lengths_obj, bool train) {
+                 return forward_padded_any<T>(std::move(self), x, lengths_obj, py::none(), train, "forward_padded");
              },
              py::arg("x"), py::arg("lengths"), py::kw_only(), py::arg("train") = true)
         .def("predict_heads_padded", &predict_heads_padded<T>, py::arg("x"), py::arg("lengths"), py::arg("heads"),
              "x [b, L, n_in], lengths [b], heads [b, L] (integers) -> [b, L, o].")
         .def("forward_heads_padded",
-             [](py::object self, const py::handle& x, const std::vector<std::int64_t>& lengths, const py::handle& heads,
+             [](py::object self, const py::handle& x, const py::handle& lengths_obj, const py::handle& heads,
                 bool train) {
                  if (heads.is_none()) {
                      throw py::type_error("forward_heads_padded: heads must be an integer array [b, L]");
                  }
-                 return forward_padded_any<T>(std::move(self), x, lengths, heads, train, "forward_heads_padded");
+                 return forward_padded_any<T>(std::move(self), x, lengths_obj, heads, train, "forward_heads_padded");
              },
              py::arg("x"), py::arg("lengths"), py::arg("heads"), py::kw_only(), py::arg("train") = true);
 }
@@ -1169,13 +1305,13 @@ std::vector<std::size_t> read_size_list(const py::handle& obj, const char* what)
     if (!py::isinstance<py::sequence>(obj) && !py::isinstance<py::array>(obj)) {
         throw py::type_error(std::string(what) + ": expected a list of non-negative integers, got " + type_of(obj));
     }
+    check_length_array(obj, what);
     std::vector<std::size_t> out;
+    std::size_t i = 0;
     for (py::handle x : obj) {
-        if (py::isinstance<py::float_>(x) || !py::hasattr(x, "__index__")) {
-            throw py::type_error(std::string(what) + ": expected integers, got " + type_of(x));
-        }
-        const long long v = x.attr("__index__")().cast<long long>();
-        if (v < 0) throw biaffine::length_error(std::string(what) + ": negative length " + std::to_string(v));
+        const std::string name = std::string(what) + "[" + std::to_string(i++) + "]";
+        const long long v = read_length(x, name);
+        if (v < 0) throw biaffine::length_error(name + " must be non-negative, got " + std::to_string(v));
         out.push_back(static_cast<std::size_t>(v));
     }
     return out;
@@ -1350,7 +1486,10 @@ py::array_t<std::int64_t> labels_at_heads(const py::handle& scores, const py::ha
     auto a = py::reinterpret_borrow<py::array>(scores);
     auto run = [&](auto tag) {
         using T = decltype(tag);
-        auto c = exact_array<T>(a, "labels_at_heads: scores", -1, "");
+        // A 2-d [n, n] matrix (arc scores) would read as one label, every
+        // answer 0: refused, as the contract is a label scorer's [n, n, o].
+        auto c = exact_array<T>(a, "labels_at_heads: scores", 3,
+                                "[n, n, o] (a label scorer's scores; a one-label [n, n] matrix is scores[..., None])");
         std::vector<std::size_t> shape(c.shape(), c.shape() + c.ndim());
         auto x = xt::adapt(c.data(), static_cast<std::size_t>(c.size()), xt::no_ownership(), shape);
         const auto view = biaffine::as_score_view(x);
@@ -1500,9 +1639,10 @@ PYBIND11_MODULE(BIAFFINE_PY_MODULE, m)
           [](const py::handle& Y, const py::handle& gold, double scale) { return cross_entropy<true>(Y, gold, scale); },
           py::arg("Y"), py::arg("gold_labels"), py::arg("scale") = 1.0,
           "Loss and gradient over label logits at given heads: Y [[n, o]], gold_labels [[n]] -> (loss, [dY]).");
-    m.def("is_tree", [](const py::handle& h) { return biaffine::is_tree(read_size_list(h, "is_tree")); }, py::arg("heads"));
+    m.def("is_tree", [](const py::handle& h) { return biaffine::is_tree(read_size_list(h, "is_tree: heads")); }, py::arg("heads"));
     m.def("lazy_split",
-          [](const py::handle& scores, std::size_t max_length) {
+          [](const py::handle& scores, const py::handle& max_len) {
+              const std::size_t max_length = read_count(max_len, "lazy_split: max_length");
               return with_scores_1d(scores, "lazy_split", [&](auto* d, std::size_t n) {
                   py::gil_scoped_release release;
                   return biaffine::lazy_split(d, n, max_length);
@@ -1510,8 +1650,9 @@ PYBIND11_MODULE(BIAFFINE_PY_MODULE, m)
           },
           py::arg("sent_start_scores"), py::arg("max_length"));
     m.def("cap_split_lengths",
-          [](const py::handle& lengths, std::size_t max_length, const py::object& scores) {
-              std::vector<std::size_t> ls = read_size_list(lengths, "cap_split_lengths");
+          [](const py::handle& lengths, const py::handle& max_len, const py::object& scores) {
+              const std::size_t max_length = read_count(max_len, "cap_split_lengths: max_length");
+              std::vector<std::size_t> ls = read_size_list(lengths, "cap_split_lengths: lengths");
               if (scores.is_none()) return biaffine::cap_split_lengths(ls, max_length, nullptr);
               return with_scores_1d(scores, "cap_split_lengths", [&](auto* d, std::size_t n) {
                   auto view = xt::adapt(d, n, xt::no_ownership(), std::array<std::size_t, 1>{n});
@@ -1520,8 +1661,10 @@ PYBIND11_MODULE(BIAFFINE_PY_MODULE, m)
           },
           py::arg("lengths"), py::arg("max_length"), py::arg("scores") = py::none());
     m.def("minibatch_by_padded_size",
-          [](const py::handle& lengths, std::uint64_t size, std::size_t buffer) {
-              return biaffine::minibatch_by_padded_size(read_size_list(lengths, "minibatch_by_padded_size"), size, buffer);
+          [](const py::handle& lengths, const py::handle& size, const py::handle& buffer) {
+              auto ls = read_size_list(lengths, "minibatch_by_padded_size: lengths");
+              return biaffine::minibatch_by_padded_size(ls, read_count(size, "minibatch_by_padded_size: size"),
+                                                        read_count(buffer, "minibatch_by_padded_size: buffer"));
           },
           py::arg("lengths"), py::arg("size"), py::arg("buffer") = 256);
 

@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-MIN_TESTS = 142  # 153 collected: the API tests (120) and test_conllu.py (33)
+MIN_TESTS = 164  # 215 collected; raised with every test added (issue 47: kept stream blocks, bad inputs, CoNLL-U cycles, bf16 threads)
 
 
 def pytest_sessionstart(session):

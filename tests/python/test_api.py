@@ -461,50 +461,220 @@ def test_raising_callback_propagates_and_leaks_nothing():
         refs.append(sys.getrefcount(docs[0]))
     assert biaffine.memory_stats()["current_bytes"] == base
     assert refs == [refs[0]] * len(refs)
-    kept = []
-    with pytest.raises(ValueError, match="kept a reference"):
-        s.predict_stream(docs, lengths, lambda k, d, v: kept.append(v))
     view = []
     s.predict_stream(docs, lengths, lambda k, d, v: view.append(v.flags["WRITEABLE"]))
     assert view == [False] * 6
 
 
-def test_stream_exception_keeps_no_view():
-    # A callback that raises: its traceback's frames (which outlive the
-    # stream with the exception) no longer hold the view; one that also
-    # stored the view gets the ValueError, caused by its own exception.
-    s = biaffine.biaffine_scorer(8, 4)
-    docs = [np.ones((30, 8), np.float32)]
-    lengths = [[10, 10, 10]]
+def _stream_case(labels):
+    # Small splits and a 1500-token one, in two documents; shrinking sizes
+    # first, so that a stream that reused a kept block would overwrite it.
+    rng = np.random.default_rng(11)
+    s = biaffine.biaffine_scorer(8, 16, labels=labels, seed=3)
+    docs = [rng.standard_normal((60, 8)).astype(np.float32), rng.standard_normal((1520, 8)).astype(np.float32)]
+    return s, docs, [[30, 23, 7], [1500, 20]]
+
+
+def _churn(s, docs, lengths):
+    # More streams and predicts after the kept blocks were handed out, so
+    # that memory the library freed or reuses is written again (before the
+    # fix a kept block read another split's scores, garbage, or segfaulted).
+    for threads in (1, 2):
+        s.predict_stream(docs, lengths, lambda k, d, v: None, budget=biaffine.budget.items(3000), threads=threads)
+        s.predict(docs, lengths)
+    gc.collect()
+
+
+@pytest.mark.parametrize("labels,pad,threads", [(1, False, 1), (3, False, 2), (1, True, 2), (3, True, 1)])
+def test_stream_blocks_kept_by_the_callback_stay_valid(labels, pad, threads):
+    s, docs, lengths = _stream_case(labels)
+    want = s.predict(docs, lengths)
+    kept, seen, addresses = {}, {}, []
+
+    def cb(k, d, scores):
+        # The array, a slice (a numpy view of it) and a memoryview.
+        kept[k] = (scores, scores[1:, :3], memoryview(scores))
+        seen[k] = scores.copy()
+        addresses.append(scores.__array_interface__["data"][0])
+
+    s.predict_stream(docs, lengths, cb, budget=biaffine.budget.items(3000), threads=threads,
+                     pad_seq_unpad_matrix=pad)
+    _churn(s, docs, lengths)
+    assert sorted(kept) == list(range(5))
+    for k, (a, part, mv) in kept.items():
+        assert a.shape == want[k].shape and not a.flags["WRITEABLE"]
+        assert np.array_equal(a, seen[k]), k  # unchanged since the callback had it
+        assert np.array_equal(part, seen[k][1:, :3]), k
+        assert np.array_equal(np.asarray(mv), seen[k]), k
+        np.testing.assert_allclose(a, want[k], rtol=1e-5, atol=1e-6, err_msg=f"split {k}")
+    assert len(set(addresses)) == 5  # each kept block is its own memory
+    # A callback that keeps nothing gets one block, reused.
+    addresses.clear()
+    s.predict_stream(docs, lengths, lambda k, d, v: addresses.append(v.__array_interface__["data"][0]),
+                     budget=biaffine.budget.items(3000), threads=threads, pad_seq_unpad_matrix=pad)
+    assert len(addresses) == 5 and len(set(addresses)) < 5
+
+
+@pytest.mark.parametrize("heads", [False, True])
+def test_stream_blocks_kept_before_the_callback_raised_stay_valid(heads):
+    # budget=None: one batch, the splits in input order; the callback keeps
+    # every block and raises at the 1500-token one (the 4th of 5).
+    s, docs, lengths = _stream_case(3)
+    hs = [np.zeros(60, np.int64), np.arange(1520) % 20]
+    want = s.predict_heads(docs, lengths, hs) if heads else s.predict(docs, lengths)
+    kept, seen = [], []
 
     class Boom(Exception):
         pass
 
     def cb(k, d, scores):
-        raise Boom("stop")
+        kept.append((k, scores, scores[::2], memoryview(scores)))
+        seen.append(scores.copy())
+        if scores.shape[0] == 1500:
+            raise Boom("stop at the long split")
 
     with pytest.raises(Boom) as info:
-        s.predict_stream(docs, lengths, cb)
-    frames = [tb.tb_frame for tb in _walk(info.value.__traceback__)]
-    assert any(f.f_code.co_name == "cb" for f in frames)
-    for f in frames:
-        assert not any(isinstance(v, np.ndarray) and not v.flags["OWNDATA"] and not v.flags["WRITEABLE"]
-                       for v in f.f_locals.values()), f.f_code.co_name
+        if heads:
+            s.predict_heads_stream(docs, lengths, hs, cb, budget=None)
+        else:
+            s.predict_stream(docs, lengths, cb, budget=None)
+    # The traceback's frame of the callback still holds the last block.
+    in_frame = [tb.tb_frame.f_locals["scores"] for tb in _walk(info.value.__traceback__)
+                if tb.tb_frame.f_code.co_name == "cb"]
+    _churn(s, docs, lengths)
+    assert [k for k, *_ in kept] == [0, 1, 2, 3]
+    for (k, a, part, mv), c in zip(kept, seen):
+        assert np.array_equal(a, c) and np.array_equal(part, c[::2]) and np.array_equal(np.asarray(mv), c), k
+        np.testing.assert_allclose(a, want[k], rtol=1e-5, atol=1e-6, err_msg=f"split {k}")
+    assert len(in_frame) == 1 and np.array_equal(in_frame[0], seen[3])
+
+
+def test_stream_kept_blocks_are_outside_the_tracker():
+    # Kept blocks are the caller's memory (numpy's): a stream's tracked
+    # peak is the same whether its callback keeps every block or none, and
+    # far below the blocks it kept.
+    s = biaffine.biaffine_scorer(8, 16, labels=3)
+    docs = [np.random.default_rng(2).standard_normal((1200, 8)).astype(np.float32)]
+    lengths = [[30] * 40]
+    run = lambda cb: s.predict_stream(docs, lengths, cb, budget=biaffine.budget.items(60))
+    run(lambda k, d, v: None)
+    gc.collect()
+    base = biaffine.memory_stats()["current_bytes"]
+    peaks = []
     kept = []
-
-    def keep_and_raise(k, d, scores):
-        kept.append(scores)
-        raise Boom("kept, then raised")
-
-    with pytest.raises(ValueError, match="kept a reference to the view of split 0") as info:
-        s.predict_stream(docs, lengths, keep_and_raise)
-    assert isinstance(info.value.__cause__, Boom)
+    for cb in (lambda k, d, v: None, lambda k, d, v: kept.append(v), lambda k, d, v: None):
+        biaffine.reset_peak()
+        run(cb)
+        peaks.append(biaffine.memory_stats()["peak_bytes"] - base)
+        assert biaffine.memory_stats()["current_bytes"] == base
+    assert peaks[0] == peaks[1] == peaks[2], peaks
+    assert len(kept) == 40 and sum(v.nbytes for v in kept) > 4 * peaks[0], (peaks, sum(v.nbytes for v in kept))
 
 
 def _walk(tb):
     while tb is not None:
         yield tb
         tb = tb.tb_next
+
+
+# Bad inputs of issue 47: each a TypeError / ValueError naming the argument.
+
+def test_stream_callback_of_the_wrong_arity_is_named():
+    s = biaffine.biaffine_scorer(8, 4, labels=2)
+    docs, lengths, heads = [np.ones((10, 8), np.float32)], [[4, 6]], [np.zeros(10, np.int64)]
+    results = []
+    for cb in (results.append, list.append, lambda scores: None, lambda k, d, v, extra: None):
+        with pytest.raises(TypeError, match=r"predict_stream: callback must take three positional arguments "
+                                            r"\(split_index, doc_index, scores\), but .* has the signature"):
+            s.predict_stream(docs, lengths, cb)
+        with pytest.raises(TypeError, match=r"predict_heads_stream: callback must take three positional"):
+            s.predict_heads_stream(docs, lengths, heads, cb)
+    with pytest.raises(TypeError, match=r"predict_stream: callback must be callable .* got list"):
+        s.predict_stream(docs, lengths, results)
+    assert results == []
+    # Defaults, *args and a callable object pass; nothing ran before the check.
+    s.predict_stream(docs, lengths, lambda k, d, v, extra=None: results.append(k))
+    s.predict_stream(docs, lengths, lambda *a: results.append(a[0]))
+    assert results == [0, 1, 0, 1]
+
+
+@pytest.mark.parametrize("bad,cls,msg", [
+    (2**64, biaffine.LengthError, r"predict: split_lengths\[0\]\[1\]: 18446744073709551616 is out of range"),
+    (sys.maxsize + 1, biaffine.LengthError, r"split_lengths\[0\]\[1\]: 9223372036854775808 is out of range"),
+    (-2**64, biaffine.LengthError, r"split_lengths\[0\]\[1\]: -18446744073709551616 is out of range"),
+    (-1, biaffine.LengthError, r"document 0, split 1: negative length -1"),
+    (True, TypeError, r"predict: split_lengths\[0\]\[1\] must hold integers, got bool"),
+    (np.bool_(False), TypeError, r"predict: split_lengths\[0\]\[1\] must hold integers, got bool"),
+])
+def test_bad_split_length_is_named(bad, cls, msg):
+    s = biaffine.biaffine_scorer(8, 4)
+    with pytest.raises(cls, match=msg):
+        s.predict([np.ones((4, 8), np.float32)], [[4, bad]])
+
+
+def test_bool_lengths_are_refused_everywhere():
+    s = biaffine.biaffine_scorer(8, 4)
+    doc = np.ones((2, 8), np.float32)
+    for call, where in ((lambda L: s.predict([doc], [L]), r"predict: split_lengths\[0\]"),
+                        (lambda L: s.predict_stream([doc], [L], lambda k, d, v: None),
+                         r"predict_stream: split_lengths\[0\]"),
+                        (lambda L: s.forward([doc], [L]), r"forward: split_lengths\[0\]"),
+                        (lambda L: biaffine.cap_split_lengths(L, 3), r"cap_split_lengths: lengths"),
+                        (lambda L: biaffine.minibatch_by_padded_size(L, 3), r"minibatch_by_padded_size: lengths"),
+                        (lambda L: s.predict_padded(np.ones((2, 1, 8), np.float32), L), r"predict_padded: lengths")):
+        with pytest.raises(TypeError, match=where + r" must hold integers, got dtype bool"):
+            call(np.array([True, True]))
+        with pytest.raises(TypeError, match=where + r"\[0\] must hold integers, got bool"):
+            call([True, True])
+    with pytest.raises(biaffine.LengthError, match=r"predict_padded: lengths\[0\]: 18446744073709551616 is out"):
+        s.predict_padded(np.ones((1, 1, 8), np.float32), [2**64])
+
+
+def test_bad_counts_of_the_splitting_helpers_are_named():
+    x = np.zeros(6, np.float32)
+    with pytest.raises(ValueError, match=r"cap_split_lengths: max_length: expected a non-negative integer, got -1"):
+        biaffine.cap_split_lengths([3, 3], -1)
+    with pytest.raises(TypeError, match=r"cap_split_lengths: max_length: expected an integer, got bool"):
+        biaffine.cap_split_lengths([3, 3], True)
+    with pytest.raises(biaffine.OverflowError, match=r"cap_split_lengths: max_length: 18446744073709551616 does not"):
+        biaffine.cap_split_lengths([3, 3], 2**64)
+    with pytest.raises(ValueError, match=r"cap_split_lengths: lengths\[1\] must be non-negative, got -3"):
+        biaffine.cap_split_lengths([3, -3], 2)
+    with pytest.raises(ValueError, match=r"lazy_split: max_length: expected a non-negative integer, got -1"):
+        biaffine.lazy_split(x, -1)
+    with pytest.raises(TypeError, match=r"lazy_split: max_length: expected an integer, got float"):
+        biaffine.lazy_split(x, 2.0)
+    with pytest.raises(ValueError, match=r"minibatch_by_padded_size: size: expected a non-negative integer, got -1"):
+        biaffine.minibatch_by_padded_size([3], -1)
+    with pytest.raises(ValueError, match=r"minibatch_by_padded_size: buffer: expected a non-negative integer"):
+        biaffine.minibatch_by_padded_size([3], 4, -2)
+    assert biaffine.cap_split_lengths([3, 3], 2) == [2, 1, 2, 1]
+    assert biaffine.minibatch_by_padded_size([3], 4) == [[0]]
+
+
+def test_labels_at_heads_refuses_a_2d_matrix():
+    with pytest.raises(biaffine.ShapeError, match=r"labels_at_heads: scores: expected a 3-d array \[n, n, o\]"
+                                                 r".*got 2 dimensions"):
+        biaffine.labels_at_heads(np.ones((3, 3), np.float32), [0, 0, 1])
+    sc = np.zeros((3, 3, 2))
+    sc[:, :, 1] = 1
+    assert list(biaffine.labels_at_heads(sc, [0, 0, 1])) == [1, 1, 1]
+    # A one-label [n, n] matrix, made explicit, has the single label 0.
+    assert list(biaffine.labels_at_heads(np.ones((3, 3))[..., None], [0, 0, 1])) == [0, 0, 0]
+
+
+def test_nan_sentence_start_scores_are_refused():
+    nan = np.full(10, np.nan, np.float32)
+    with pytest.raises(biaffine.Error, match=r"^lazy_split: sentence-start score is NaN at token 0$"):
+        biaffine.lazy_split(nan, 4)
+    one = np.arange(10, dtype=np.float64)
+    one[7] = np.nan
+    with pytest.raises(biaffine.Error, match=r"lazy_split: sentence-start score is NaN at token 7"):
+        biaffine.lazy_split(one, 4)
+    with pytest.raises(biaffine.Error, match=r"cap_split_lengths: sentence-start score is NaN at token 7"):
+        biaffine.cap_split_lengths([5, 5], 4, one)
+    one[7] = 0.5
+    assert sum(biaffine.lazy_split(one, 4)) == 10
 
 
 def test_abi_tag_names_version_backend_and_isa():

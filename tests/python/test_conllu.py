@@ -190,6 +190,37 @@ def test_partial_trees_and_bom_name_file_and_line(text, where, what):
     assert what in msg, msg
 
 
+@pytest.mark.parametrize("text,where,what", [
+    # After a one-word sentence (lines 1-2): a comment, a root and a 2-cycle.
+    (OK + "\n# sent_id = 2\n" + w(1, "a", "X", 0, "root") + w(2, "b", "X", 3, "dep") + w(3, "c", "X", 2, "dep")
+     + "\n", ":3:", "form a cycle (words 2 -> 3 -> 2)"),
+    # No root at all.
+    (w(1, "a", "X", 2, "dep") + w(2, "b", "X", 3, "dep") + w(3, "c", "X", 1, "dep") + "\n", ":1:",
+     "form a cycle (words 1 -> 2 -> 3 -> 1)"),
+    # A chain into a cycle names the cycle.
+    (OK + w(2, "b", "X", 3, "dep") + w(3, "c", "X", 2, "dep") + w(4, "d", "X", 2, "dep") + "\n", ":1:",
+     "(words 2 -> 3 -> 2)"),
+])
+def test_head_cycle_names_file_and_first_line(tmp_path, text, where, what):
+    with pytest.raises(conllu.ConlluError) as e:
+        conllu.parse(text, "snippet.conllu")
+    msg = str(e.value)
+    assert msg.startswith("snippet.conllu" + where), msg
+    assert what in msg, msg
+    p = tmp_path / "cycle.conllu"
+    p.write_text(text)
+    with pytest.raises(conllu.ConlluError, match="cycle.conllu" + where):
+        conllu.read(p)
+
+
+def test_trees_and_unannotated_sentences_have_no_cycle():
+    text = (OK + "\n" + w(1, "a", "X", 2, "dep") + w(2, "b", "X", 3, "dep") + w(3, "c", "X", 0, "root")
+            + w(4, "d", "X", 3, "dep") + "\n" + w(1, "a", "X", "_", "_") + w(2, "b", "X", "_", "_") + "\n")
+    s = conllu.parse(text, "snippet.conllu")
+    assert [x.head for x in s[1].words] == [2, 3, 0, 3]
+    assert not s[2].annotated
+
+
 def test_not_utf8_names_file_and_line(tmp_path):
     p = tmp_path / "latin1.conllu"
     p.write_bytes((w(1, "a", "X", 0, "root") + "\n").encode() + b"1\tcaf\xe9\t_\tX\t_\t_\t0\troot\t_\t_\n\n")

@@ -216,3 +216,22 @@ def test_composes_with_relu_and_trains():
     acc1 = ex.mst_accuracy(model, *held)
     assert np.mean(losses[-5:]) < 0.6 * losses[0]
     assert acc1 > max(3 * chance, acc0 + 0.25), (acc0, acc1, chance)
+
+
+def test_bool_split_lengths_are_refused_on_every_path():
+    # issue 47: True / False as split lengths would read as 1 / 0.
+    docs, lengths = data(np.float64)
+    bools = [np.array([True, True]), [True, False]]
+    fused = with_splits(BiaffineScorer(nO=1, hidden_width=4, dtype="float64", seed=9))
+    generic = with_splits(chain(noop(), BiaffineScorer(nO=1, hidden_width=4, dtype="float64", seed=9)))
+    for model, msg in ((fused, r"split_lengths\[0\] must hold integers, got dtype bool"),
+                       (generic, r"with_splits: split lengths must hold integers, got bool")):
+        model.initialize(X=(docs, lengths))
+        with pytest.raises(TypeError, match=msg):
+            model.predict((docs, bools))
+        assert len(model.predict((docs, lengths))) == 4
+    sc = BiaffineScorer(nO=1, hidden_width=4, dtype="float64", seed=9)
+    sc.initialize(X=[docs[0]])
+    with pytest.raises(TypeError, match=r"padded lengths must hold integers, got bool"):
+        sc.predict((np.zeros((1, 2, 5)), np.array([True])))
+    assert sc.predict((np.zeros((1, 2, 5)), np.array([2]))).shape == (1, 2, 2)
