@@ -1,50 +1,48 @@
 #!/usr/bin/env bash
-# Builds the test suite with AddressSanitizer and
-# UndefinedBehaviorSanitizer (g++, -O1 -g1, assertions on, -fno-sanitize-recover=all
-# from BIAFFINE_SANITIZE) in build-asan/ and runs every test through ctest.
-# With the AVX2 kernel off (BIAFFINE_NO_GEMM_KERNEL): the Release run tests
-# the kernel path, this one the float Eigen path, so CI runs both (the fuzz
-# targets run the kernel path under the sanitizers too). Large blocks come
-# from operator new here (BIAFFINE_HUGE_PAGE_MIN_BYTES=0, BIAFFINE_CACHED_BLOCK_MIN_BYTES=0), so ASan's redzones
-# guard them too; the Release run tests their mapped path.
+# clang++ -Werror and the sanitizers in one build (build-san/): every target
+# (tests, examples, benches, the Python module's avx2 and amxbf16 variants,
+# every header alone) compiled by clang++ with -Werror and with
+# AddressSanitizer + UndefinedBehaviorSanitizer (-O1 -g1, assertions on,
+# -fno-sanitize-recover=all from BIAFFINE_SANITIZE), then the whole test
+# suite through ctest on it: the C++ tests, the examples' runs, and the
+# Python tests against the ASan-built module (python/CMakeLists.txt loads
+# the ASan runtime first for them).
+#
+# Which compute path: the AVX2 kernel off (BIAFFINE_NO_GEMM_KERNEL), so the
+# whole suite runs the float Eigen path here; the Release run tests the kernel
+# path and the fuzz targets run it under the sanitizers. The compute group's
+# tests run once more on the optional BLAS backend (OpenBLAS;
+# BIAFFINE_TEST_BLAS_COMPUTE). Large blocks come from operator new here
+# (BIAFFINE_HUGE_PAGE_MIN_BYTES=0, BIAFFINE_CACHED_BLOCK_MIN_BYTES=0), so
+# ASan's redzones guard them too; the Release run tests their mapped path.
 # The package-consumer tests (label "package") are left to the Release run:
 # they build other projects without sanitizers.
+#
+# One build for both (it was two: a g++ ASan build and a clang -O0 one):
+# clang's warnings come from its front end, whatever the optimisation level.
+# g++'s -Werror is ci_werror.sh's and the wheel step's.
 #
 # BIAFFINE_TEST_SCALE (default here 0.25) shrinks the heavy loops of the tests
 # that read it, to keep the run within CI time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install_deps.sh
+BIAFFINE_WITH_BLAS=1 BIAFFINE_EXTRA_PACKAGES="clang libclang-rt-14-dev ${BIAFFINE_EXTRA_PACKAGES:-}" \
+  bash scripts/install_deps.sh
 
 export BIAFFINE_TEST_SCALE=${BIAFFINE_TEST_SCALE:-0.25}
-# ASan's fake stack (detect_stack_use_after_return) is off where g++ before
-# 14 targets AVX-512: there test_gradients crashed (SEGV on a garbage address
-# while copying an initializer_list) on a Zen 4 EPYC at -march=native, every
-# run, while the same test passed with the fake stack off, with
-# -mno-avx512f, and under clang 14's ASan with the fake stack on. That looks
-# like g++'s fake-stack handling of AVX-512 frames (GCC bug 110027 reports
-# misaligned stack objects there), not a bug of ours; every other check stays.
-# (The macros are read into a variable first: `grep -q` in a pipeline under
-# pipefail fails when it stops reading early.)
-uar=1
-target_macros=$(echo | ${CXX:-g++} -march=native -dM -E - 2>/dev/null || true)
-if grep -q '__AVX512F__' <<<"$target_macros" && [ "$(${CXX:-g++} -dumpversion | cut -d. -f1)" -lt 14 ]; then
-  uar=0
-  echo "ci_sanitize: AVX-512 target with g++ < 14: detect_stack_use_after_return=0"
-fi
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=$uar:check_initialization_order=1:strict_init_order=1}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
-# -Wno-maybe-uninitialized: GCC 12 reports false positives in libstdc++
-# (std::function inside <regex>) once ASan instruments it; warnings are
-# checked without sanitizers by scripts/ci_werror.sh.
 # -g1 (functions and line tables, no variable info): enough for the
-# sanitizers' stack traces, and the build (the bulk of this step) is much
-# faster than with full -g. The examples are left to the Release run.
-gen=()
-if [ ! -f build-asan/CMakeCache.txt ] && command -v ninja >/dev/null; then gen=(-G Ninja); fi
-cmake -S . -B build-asan "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" \
-  "-DCMAKE_CXX_FLAGS=-Wno-maybe-uninitialized -DBIAFFINE_NO_GEMM_KERNEL -DBIAFFINE_HUGE_PAGE_MIN_BYTES=0 -DBIAFFINE_CACHED_BLOCK_MIN_BYTES=0" -DBIAFFINE_SANITIZE=address,undefined \
-  -DBIAFFINE_BUILD_TESTS=ON -DBIAFFINE_BUILD_EXAMPLES=OFF -DBIAFFINE_BUILD_BENCH=OFF -DBIAFFINE_WERROR=OFF -DBIAFFINE_BUILD_PYTHON=OFF -DBIAFFINE_CHECK_HEADERS=OFF >/dev/null
-cmake --build build-asan -j2
-ctest --test-dir build-asan --output-on-failure -j2 --timeout 1500 -LE package
+# sanitizers' stack traces, and a much faster build than full -g.
+source scripts/cmake_generator.sh
+cmake_generator build-san
+cmake -S . -B build-san "${gen[@]}" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" \
+  "-DCMAKE_CXX_FLAGS=-DBIAFFINE_NO_GEMM_KERNEL -DBIAFFINE_HUGE_PAGE_MIN_BYTES=0 -DBIAFFINE_CACHED_BLOCK_MIN_BYTES=0" \
+  -DBIAFFINE_SANITIZE=address,undefined -DBIAFFINE_WERROR=ON -DBIAFFINE_TEST_BLAS_COMPUTE=ON \
+  -DBIAFFINE_BUILD_PYTHON=ON "-DBIAFFINE_PYTHON_VARIANTS=avx2;amxbf16" \
+  -DBIAFFINE_BUILD_TESTS=ON -DBIAFFINE_BUILD_EXAMPLES=ON -DBIAFFINE_BUILD_BENCH=ON -DBIAFFINE_BUILD_FUZZ=OFF >/dev/null
+# Keep going after a failing target, so one run reports every warning.
+cmake --build build-san -j2 -- $(keep_going build-san)
+ctest --test-dir build-san --output-on-failure -j2 --timeout 1500 -LE package

@@ -1,64 +1,41 @@
 #!/usr/bin/env bash
-# Builds every target of the project (tests, examples, the benches that can be
-# built here) with -Werror. The fuzz targets are built with -Werror by
-# scripts/fuzz.sh (clang).
+# g++ -Werror builds. clang++ -Werror is scripts/ci_sanitize.sh's build (with
+# the sanitizers), the fuzz targets' scripts/fuzz.sh's (clang), and g++'s on
+# the Python module's variants at -O3 the wheel step's (scripts/ci_wheel.sh).
 #
 #   bash scripts/ci_werror.sh gcc     g++, Release, in build/ (the build the
 #                                     README's test command then tests: it keeps
 #                                     BIAFFINE_WERROR=ON in the CMake cache)
-#   bash scripts/ci_werror.sh clang   clang++, in build-clang/, with the optional
-#                                     BLAS backend on (OpenBLAS): compiles every
-#                                     target, then runs the whole test suite on
-#                                     that build (the BLAS backend's only run;
-#                                     -O0, so the heavy loops at
-#                                     BIAFFINE_TEST_SCALE=0.25 as under the
-#                                     sanitizers; the package consumers are left
-#                                     to the Release run)
 #   bash scripts/ci_werror.sh avx512  g++ for an AVX-512 target with AVX512_BF16
 #                                     and AMX (-march=skylake-avx512 -mavx512bf16
 #                                     -mamx-tile -mamx-bf16: the bf16 kernels of
 #                                     avx512_bf16*.hpp and amx_bf16_gemm.hpp too),
-#                                     Release, every target, compile and link
-#                                     only (nothing AVX-512 can run on a CPU
-#                                     without it), in build-avx512/: the
-#                                     code paths Eigen takes there, and GCC
-#                                     12's false positives on them (bug 105593),
-#                                     whatever CPU CI happens to run on;
+#                                     Release, compile and link only (nothing
+#                                     AVX-512 can run on a CPU without it), in
+#                                     build-avx512/: the code paths Eigen takes
+#                                     there, and GCC 12's false positives on
+#                                     them (bug 105593), whatever CPU CI runs
+#                                     on. What has ISA-dependent code: the
+#                                     tests (every instantiation the examples
+#                                     make, and more) and the kernel benches.
+#                                     Left out, since built elsewhere with these
+#                                     flags: the examples and bench_decode (the
+#                                     public API only, as the tests), the Python
+#                                     variants (the wheel step compiles avx512
+#                                     and amxbf16 with -Werror at -O3).
 #                                     BIAFFINE_WITH_ONEDNN=1 adds oneDNN and
 #                                     bench_bf16
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Ninja for a new build folder where it is installed (install_deps.sh
-# installs it); an existing folder keeps the generator it was made with.
-generator() {
-  if [ ! -f "$1/CMakeCache.txt" ] && command -v ninja >/dev/null; then echo "-G Ninja"; fi
-}
-# Keep going after a failing target so one run reports every warning.
-keep_going() {
-  if [ -f "$1/build.ninja" ]; then echo "-k 0"; else echo "-k"; fi
-}
+source scripts/cmake_generator.sh
 
 case "${1:-}" in
   gcc)
     bash scripts/install_deps.sh
-    cmake -S . -B build $(generator build) -DCMAKE_BUILD_TYPE=Release -DBIAFFINE_WERROR=ON >/dev/null
+    cmake_generator build
+    cmake -S . -B build "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DBIAFFINE_WERROR=ON >/dev/null
     cmake --build build -j2 -- $(keep_going build)
-    ;;
-  clang)
-    BIAFFINE_WITH_BLAS=1 BIAFFINE_EXTRA_PACKAGES="clang libclang-rt-14-dev ${BIAFFINE_EXTRA_PACKAGES:-}" \
-      bash scripts/install_deps.sh
-    # No build type (no -O, no -g): the fastest compile; clang's warnings do
-    # not depend on the optimisation level.
-    # The Python variants at both ends (a native build makes only those this
-    # CPU runs): clang's warnings on the AVX2 and the AVX-512 + AMX paths of
-    # the bindings; g++ compiles the plain AVX-512 one (avx512 below).
-    cmake -S . -B build-clang $(generator build-clang) -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE= -DBIAFFINE_WERROR=ON \
-      -DBIAFFINE_WITH_BLAS=ON "-DBIAFFINE_PYTHON_VARIANTS=avx2;amxbf16" \
-      -DBIAFFINE_BUILD_TESTS=ON -DBIAFFINE_BUILD_EXAMPLES=ON -DBIAFFINE_BUILD_BENCH=ON -DBIAFFINE_BUILD_FUZZ=OFF >/dev/null
-    cmake --build build-clang -j2 -- $(keep_going build-clang)
-    BIAFFINE_TEST_SCALE=${BIAFFINE_TEST_SCALE:-0.25} \
-      ctest --test-dir build-clang --output-on-failure -j2 --timeout 1500 -LE package
     ;;
   avx512)
     bash scripts/install_deps.sh
@@ -66,16 +43,22 @@ case "${1:-}" in
     if [ "${BIAFFINE_WITH_ONEDNN:-0}" = 1 ]; then onednn=ON; fi
     # -O2 rather than -O3: the same inlining of Eigen's AVX-512 packets (where
     # GCC's warnings come from) in less compile time.
-    # The Python variants of the AVX-512 family only (avx2 is build/'s).
-    cmake -S . -B build-avx512 $(generator build-avx512) -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" \
-      "-DBIAFFINE_PYTHON_VARIANTS=avx512;amxbf16" \
+    cmake_generator build-avx512
+    cmake -S . -B build-avx512 "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" \
+      -DBIAFFINE_BUILD_PYTHON=OFF \
       -DBIAFFINE_NATIVE=OFF "-DCMAKE_CXX_FLAGS=-march=skylake-avx512 -mavx512bf16 -mamx-tile -mamx-bf16" -DBIAFFINE_WERROR=ON \
       -DBIAFFINE_WITH_ONEDNN=$onednn \
-      -DBIAFFINE_BUILD_TESTS=ON -DBIAFFINE_BUILD_EXAMPLES=ON -DBIAFFINE_BUILD_BENCH=ON -DBIAFFINE_BUILD_FUZZ=OFF -DBIAFFINE_CHECK_HEADERS=OFF >/dev/null
-    cmake --build build-avx512 -j2 -- $(keep_going build-avx512)
+      -DBIAFFINE_BUILD_TESTS=ON -DBIAFFINE_BUILD_EXAMPLES=OFF -DBIAFFINE_BUILD_BENCH=ON -DBIAFFINE_BUILD_FUZZ=OFF -DBIAFFINE_CHECK_HEADERS=OFF >/dev/null
+    # The tests (and bench_memory, which a test runs), and the benches that
+    # call kernels directly where this build has them.
+    targets=(biaffine_test_deps)
+    for t in bench_kernels bench_vs_reference bench_bf16; do
+      if cmake --build build-avx512 --target help | grep -qE "(^|\.\.\. )$t(:|$)"; then targets+=("$t"); fi
+    done
+    cmake --build build-avx512 -j2 --target "${targets[@]}" -- $(keep_going build-avx512)
     ;;
   *)
-    echo "usage: $0 gcc|clang|avx512" >&2
+    echo "usage: $0 gcc|avx512 (clang -Werror: scripts/ci_sanitize.sh)" >&2
     exit 2
     ;;
 esac

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Python package as a user gets it:
-#   1. `pip wheel .` in a venv of Debian's python3; the checkout must stay
-#      untouched (the CMake build goes to a temporary folder, pyproject.toml);
+#   1. `pip wheel .` in a venv of Debian's python3, with -Werror (g++'s
+#      warning check of every variant); the checkout must stay untouched (the
+#      CMake build goes to a temporary folder, pyproject.toml);
 #   2. `auditwheel repair` to the lowest manylinux policy the wheel meets
 #      (`auditwheel show` printed: the versioned symbols that set the floor);
 #   3. the repaired wheel installed into a fresh venv: `python -m biaffine`,
@@ -39,7 +40,10 @@ fi
 stamp="$w/stamp"
 touch "$stamp"
 sleep 1
-"$w/build-venv/bin/pip" wheel -q --no-build-isolation --no-deps -w "$w/dist" .
+# -Werror: this is g++'s warning check of every variant a wheel has (avx2,
+# avx512, amxbf16) at the wheel's -O3; scripts/ci_werror.sh leaves them here.
+"$w/build-venv/bin/pip" wheel -q --no-build-isolation --no-deps -w "$w/dist" \
+  --config-settings=cmake.define.BIAFFINE_WERROR=ON .
 written=$(find . -path ./.git -prune -o -path "./$w" -prune -o -newer "$stamp" -print | head -20)
 if [ -n "$written" ]; then
   echo "ci_wheel: pip wheel wrote into the checkout:" >&2

@@ -27,8 +27,8 @@ fi
 BIAFFINE_EXTRA_PACKAGES="clang libclang-rt-14-dev ${BIAFFINE_EXTRA_PACKAGES:-}" bash scripts/install_deps.sh
 # No build type: the targets' own -O1 -g, and no NDEBUG, so Eigen's and the
 # library's assertions are live.
-gen=()
-if [ ! -f build-fuzz/CMakeCache.txt ] && command -v ninja >/dev/null; then gen=(-G Ninja); fi
+source scripts/cmake_generator.sh
+cmake_generator build-fuzz
 cmake -S . -B build-fuzz "${gen[@]}" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE= \
   -DBIAFFINE_BUILD_FUZZ=ON -DBIAFFINE_WERROR=ON -DBIAFFINE_BUILD_TESTS=OFF \
   -DBIAFFINE_BUILD_BENCH=OFF -DBIAFFINE_BUILD_EXAMPLES=OFF -DBIAFFINE_INSTALL=OFF -DBIAFFINE_BUILD_PYTHON=OFF >/dev/null

@@ -5,10 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
-gen=()
-# Ninja where it is installed (Debian: ninja-build), unless build/ exists
-# already with another generator.
-if [ ! -f build/CMakeCache.txt ] && command -v ninja >/dev/null; then gen=(-G Ninja); fi
+source scripts/cmake_generator.sh
+cmake_generator build
 cmake -S . -B build "${gen[@]}" -DCMAKE_BUILD_TYPE=Release
 if ! grep -q '^BIAFFINE_BUILD_PYTHON:BOOL=ON' build/CMakeCache.txt; then
   # Configure said why (its "biaffine: Python module: OFF: ..." line).
