@@ -7,6 +7,14 @@
 // span's outside score from its parents (all wider, or of the same width for
 // an incomplete span inside a complete one), so each span is one vectorised
 // log-sum-exp over a contiguous buffer. O(n^3) time, O(n^2) memory.
+//
+// An exp per term is slow, so the same recursions run first on linear
+// weights, each dependent's arcs divided by their largest (every arc weight
+// in [0, 1]): dot products of contiguous rows, still sums of positive terms.
+// When that range does not hold the split (Z overflows, or underflow could
+// have dropped more than 1e-17 of Z: Z below 1e-200, or n^3 terms each below
+// the smallest normal double times the largest outside value), the split is
+// redone in the log domain.
 #pragma once
 
 #include "biaffine/abi.hpp"
@@ -44,12 +52,9 @@ struct inside_outside_scratch {
     }
 };
 
-/// Inside-outside on loaded log weights `S` ([n, n] row-major, S[d * n + h]
-/// head h for dependent d, the diagonal the root arcs; finite or -inf),
-/// n >= 1. Returns log Z; writes P(head(d) = h) into `mu[d * n + h]` when mu
-/// is not null. Log Z is -inf when no projective tree has a finite score
-/// (the marginals are then left unwritten).
-inline double inside_outside_solve(std::size_t n, const double* S, double* mu)
+/// Inside-outside in the log domain (see inside_outside_solve), any
+/// magnitude: one log-sum-exp per span and table.
+inline double inside_outside_log(std::size_t n, const double* S, double* mu)
 {
     constexpr double ninf = -std::numeric_limits<double>::infinity();
     const std::size_t nn = n * n;
@@ -145,6 +150,126 @@ inline double inside_outside_solve(std::size_t n, const double* S, double* mu)
         }
     }
     return log_z;
+}
+
+/// sum_k a[k] b[k], vectorised.
+inline double io_dot(const double* a, const double* b, std::size_t len)
+{
+    const auto L = static_cast<Eigen::Index>(len);
+    return Eigen::Map<const Eigen::VectorXd>(a, L).dot(Eigen::Map<const Eigen::VectorXd>(b, L));
+}
+
+/// The recursions of inside_outside_log on linear weights, each dependent's
+/// scores shifted by their maximum. Returns false (writing nothing of use)
+/// when the split is out of the linear range; otherwise sets log_z and the
+/// marginals (when mu is not null).
+inline bool inside_outside_linear(std::size_t n, const double* S, double* mu, double& log_z)
+{
+    constexpr double ninf = -std::numeric_limits<double>::infinity();
+    const std::size_t nn = n * n;
+    auto& ws = inside_outside_scratch::local();
+    double* base = ws.cells.get(17 * nn);
+    double* W = base;               // arc weights, W[d * n + h]
+    double* cr = base + nn;         // [s][t] as in inside_outside_log, linear
+    double* cl = base + 2 * nn;
+    double* ir = base + 3 * nn;
+    double* il = base + 4 * nn;
+    double* cr_t = base + 5 * nn;   // transposes, [t][s]
+    double* cl_t = base + 6 * nn;
+    double* il_t = base + 7 * nn;
+    double* ir_t = base + 8 * nn;
+    double* ocr = base + 9 * nn;
+    double* ocl = base + 10 * nn;
+    double* ocr_t = base + 11 * nn;
+    double* ocl_t = base + 12 * nn;
+    double* g = base + 13 * nn;     // o_ir W[t][s] + o_il W[s][t], [s][t]
+    double* g_t = base + 14 * nn;
+    double shift = 0.0;
+    for (std::size_t d = 0; d < n; ++d) {
+        const double* row = S + d * n;
+        const double c = Eigen::Map<const Eigen::ArrayXd>(row, static_cast<Eigen::Index>(n)).maxCoeff();
+        if (c == ninf) return false;  // no head at all: the log domain says so
+        shift += c;
+        Eigen::Map<Eigen::ArrayXd>(W + d * n, static_cast<Eigen::Index>(n)) =
+            (Eigen::Map<const Eigen::ArrayXd>(row, static_cast<Eigen::Index>(n)) - c).exp();
+    }
+    for (std::size_t s = 0; s < n; ++s) cr[s * n + s] = cl[s * n + s] = cr_t[s * n + s] = cl_t[s * n + s] = 1.0;
+    for (std::size_t w = 1; w < n; ++w) {
+        for (std::size_t s = 0; s + w < n; ++s) {
+            const std::size_t t = s + w;
+            const double inner = io_dot(cr + s * n + s, cl_t + t * n + s + 1, w);
+            const double r = inner * W[t * n + s];
+            ir[s * n + t] = r;
+            ir_t[t * n + s] = r;
+            const double l = inner * W[s * n + t];
+            il[s * n + t] = l;
+            il_t[t * n + s] = l;
+        }
+        for (std::size_t s = 0; s + w < n; ++s) {
+            const std::size_t t = s + w;
+            const double r = io_dot(ir + s * n + s + 1, cr_t + t * n + s + 1, w);
+            cr[s * n + t] = r;
+            cr_t[t * n + s] = r;
+            const double l = io_dot(cl + s * n + s, il_t + t * n + s, w);
+            cl[s * n + t] = l;
+            cl_t[t * n + s] = l;
+        }
+    }
+    double z = 0.0;
+    for (std::size_t r = 0; r < n; ++r) z += W[r * n + r] * cl[r] * cr[r * n + n - 1];
+    if (!(z >= 1e-200) || !(z <= std::numeric_limits<double>::max())) return false;
+    log_z = shift + std::log(z);
+    if (mu == nullptr) return true;
+
+    for (std::size_t i = 0; i < nn; ++i) ocr[i] = ocl[i] = ocr_t[i] = ocl_t[i] = g[i] = g_t[i] = 0.0;
+    const double inv_z = 1.0 / z;
+    double out_max = 1.0;
+    for (std::size_t r = 0; r < n; ++r) mu[r * n + r] = W[r * n + r] * cl[r] * cr[r * n + n - 1] * inv_z;
+    for (std::size_t w = n - 1; w > 0; --w) {
+        for (std::size_t s = 0; s + w < n; ++s) {
+            const std::size_t t = s + w;
+            double o = t == n - 1 ? W[s * n + s] * cl[s] : 0.0;
+            o += io_dot(ir_t + s * n, ocr_t + t * n, s);                     // inside cr[p][t], p < s
+            o += io_dot(g + s * n + t + 1, cl + (t + 1) * n + t + 1, n - 1 - t);  // ir/il[s][q], q > t
+            ocr[s * n + t] = o;
+            ocr_t[t * n + s] = o;
+            double q = s == 0 ? W[t * n + t] * cr[t * n + n - 1] : 0.0;
+            q += io_dot(ocl + s * n + t + 1, il + t * n + t + 1, n - 1 - t);  // inside cl[s][q], q > t
+            if (s > 0) q += io_dot(g_t + t * n, cr_t + (s - 1) * n, s);       // ir/il[p][t], p < s
+            ocl[s * n + t] = q;
+            ocl_t[t * n + s] = q;
+            out_max = std::max(out_max, std::max(o, q));
+        }
+        for (std::size_t s = 0; s + w < n; ++s) {
+            const std::size_t t = s + w;
+            const double o_r = io_dot(ocr + s * n + t, cr + t * n + t, n - t);  // cr[s][q], q >= t
+            const double o_l = io_dot(ocl_t + t * n, cl_t + s * n, s + 1);      // cl[p][t], p <= s
+            mu[t * n + s] = ir[s * n + t] * o_r * inv_z;
+            mu[s * n + t] = il[s * n + t] * o_l * inv_z;
+            const double gg = o_r * W[t * n + s] + o_l * W[s * n + t];
+            g[s * n + t] = gg;
+            g_t[t * n + s] = gg;
+            out_max = std::max(out_max, std::max(o_r, o_l));
+        }
+    }
+    // Terms that underflowed are each below the smallest normal double; at
+    // most n^3 of them, each reaching Z through an outside factor <= out_max.
+    const double nd = static_cast<double>(n);
+    return std::isfinite(out_max) &&
+           nd * nd * nd * std::numeric_limits<double>::min() * out_max <= 1e-17 * z;
+}
+
+/// Inside-outside on loaded log weights `S` ([n, n] row-major, S[d * n + h]
+/// head h for dependent d, the diagonal the root arcs; finite or -inf),
+/// n >= 1. Returns log Z; writes P(head(d) = h) into `mu[d * n + h]` when mu
+/// is not null. Log Z is -inf when no projective tree has a finite score
+/// (the marginals are then left unwritten). Linear weights when the split
+/// fits their range, the log domain otherwise.
+inline double inside_outside_solve(std::size_t n, const double* S, double* mu)
+{
+    double log_z = 0.0;
+    if (inside_outside_linear(n, S, mu, log_z)) return log_z;
+    return inside_outside_log(n, S, mu);
 }
 
 }  // namespace detail

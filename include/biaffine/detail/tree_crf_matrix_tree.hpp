@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "biaffine/detail/checked.hpp"
+#include "biaffine/detail/eigen.hpp"
 #include "biaffine/errors.hpp"
 
 BIAFFINE_NAMESPACE_BEGIN
@@ -76,6 +77,7 @@ struct matrix_tree_scratch {
     std::vector<double> stack;  // the divide and conquer's levels
     std::vector<double> log_det;
     std::vector<double> shift;  // [n] each dependent's best score
+    std::vector<unsigned char> gone;
 
     static matrix_tree_scratch& local()
     {
@@ -112,6 +114,7 @@ struct matrix_tree_problem {
     double* log_det = nullptr;  // [n]: log Z from each left-over token (NaN if not a leaf)
     double* pool = nullptr;     // scratch for the levels' copies
     const char* where = "";
+    unsigned char* gone = nullptr;  // [n] scratch of matrix_tree_eliminate
 };
 
 /// Eliminates the tokens at local positions [from, to) of `lv` into `out`
@@ -121,7 +124,8 @@ inline void matrix_tree_eliminate(const matrix_tree_problem& pb, const matrix_tr
                                   std::size_t to, matrix_tree_level& out)
 {
     const std::size_t r = lv.r, n = pb.n;
-    std::vector<unsigned char> gone(r, 0);
+    unsigned char* gone = pb.gone;  // [r] flags, this call's only
+    std::fill(gone, gone + r, static_cast<unsigned char>(0));
     double* lap = lv.lap;
     double* coef = lv.coef;
     double log_pivots = lv.log_pivots;
@@ -285,16 +289,14 @@ inline double matrix_tree_solve(std::size_t n, const double* S, double* mu, cons
         neumaier_add(log_z, comp, m == n ? S[root_at * n + root_at] : (m == root_at ? 0.0 : ws.shift[m]));
     }
     for (std::size_t m = 0; m < n; ++m) {
-        for (std::size_t h = 0; h < n; ++h) {
-            // A root weight's exponent s(m, m) - c_m - (s(r, r) - c_r) from
-            // the scores themselves (compensated): the two differences may
-            // each be ~1e4 while their sum is small.
-            const double x = h != m || S[m * n + m] == ninf
-                                 ? w[m * n + h]
-                                 : compensated_sum({S[m * n + m], -ws.shift[m], -S[root_at * n + root_at],
-                                                       ws.shift[root_at]});
-            w[m * n + h] = std::exp(x);
+        // A root weight's exponent s(m, m) - c_m - (s(r, r) - c_r) from the
+        // scores themselves (compensated): the two differences may each be
+        // ~1e4 while their sum is small.
+        if (S[m * n + m] != ninf) {
+            w[m * n + m] = compensated_sum({S[m * n + m], -ws.shift[m], -S[root_at * n + root_at], ws.shift[root_at]});
         }
+        Eigen::Map<Eigen::ArrayXd> row(w + m * n, static_cast<Eigen::Index>(n));
+        row = row.exp();
     }
 
     // The first level: every token but a forced root.
@@ -335,6 +337,8 @@ inline double matrix_tree_solve(std::size_t n, const double* S, double* mu, cons
     pb.mu = mu;
     pb.log_det = ws.log_det.data();
     pb.where = where;
+    ws.gone.resize(n);
+    pb.gone = ws.gone.data();
     matrix_tree_recurse(pb, top, ws.stack.data() + matrix_tree_level_cells(r, n));
 
     // Every left-over token computed the same determinant; they differ by a
