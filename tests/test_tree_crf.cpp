@@ -491,3 +491,27 @@ TEST_CASE("mbr_heads: maximises the summed marginals, differs from MST on raw sc
     }
     CHECK(differ > 0);
 }
+
+TEST_CASE("tree CRF: the projective solver's linear and log-domain paths agree", "[tree_crf]")
+{
+    // The linear path serves most splits; the log domain the ones out of its
+    // range. On scores both accept, they must give the same numbers.
+    std::mt19937 rng(43);
+    for (std::size_t n : {1u, 2u, 5u, 17u, 40u}) {
+        const auto s = random_scores(n, rng, -8, 8);
+        std::vector<double> a(n * n), b(n * n);
+        double lin = 0;
+        REQUIRE(biaffine::detail::inside_outside_linear(n, s.data(), a.data(), lin));
+        const double in_log = biaffine::detail::inside_outside_log(n, s.data(), b.data());
+        CHECK(std::fabs(lin - in_log) <= 1e-12 * std::max(1.0, std::fabs(in_log)));
+        for (std::size_t i = 0; i < n * n; ++i) CHECK(std::fabs(a[i] - b[i]) <= 1e-12);
+    }
+    // Out of the linear range (a root arc 1e4 below the rest): refused there,
+    // and the log domain still matches brute force.
+    auto s = random_scores(4, rng, -1, 1);
+    for (std::size_t m = 0; m < 4; ++m) s[m * 4 + m] = -1e4;
+    std::vector<double> a(16);
+    double lin = 0;
+    CHECK_FALSE(biaffine::detail::inside_outside_linear(4, s.data(), a.data(), lin));
+    check_against_brute(s, 4, tree_kind::projective, run_crf(s, 4, tree_kind::projective), 1e-12, 1e-10);
+}
