@@ -113,6 +113,8 @@ struct tree_crf_scratch {
         thread_local tree_crf_scratch s;
         return s;
     }
+    /// After a call: one huge split must not pin its matrices to the thread.
+    void trim() { cells.trim(4 * decode_keep_cells); }
 };
 
 template <class T>
@@ -167,6 +169,12 @@ inline void throw_no_tree(tree_kind kind, const char* where)
     throw std::domain_error(msg(where, ": no ", tree_kind_name(kind), " tree has a finite score (every tree uses a -inf arc)"));
 }
 
+/// n * n, checked (the scratch holds four such matrices).
+inline std::size_t tree_crf_cells(std::size_t n, const char* where)
+{
+    return to_index_size(checked_product("tree CRF: scores", n, n, 4, sizeof(double)), where) / (4 * sizeof(double));
+}
+
 /// Loads and solves one split into the thread's scratch: returns log Z; the
 /// marginals are at cells + n * n when `marginals` is set.
 template <class T>
@@ -175,8 +183,7 @@ double tree_crf_run(const score_view<const T>& s, tree_kind kind, bool marginals
 {
     check_tree_view(s, where, "scores");
     const std::size_t n = s.n;
-    const std::size_t nn = to_index_size(checked_product("tree CRF: scores", n, n, 4, sizeof(double)), where) /
-                           (4 * sizeof(double));
+    const std::size_t nn = tree_crf_cells(n, where);
     cells = tree_crf_scratch::local().cells.get(4 * nn);
     if (n == 0) return 0.0;
     tree_crf_load(s, cells, where);
@@ -273,7 +280,9 @@ template <class T>
 double tree_log_partition(score_view<const T> scores, tree_kind kind)
 {
     double* cells = nullptr;
-    return detail::tree_crf_run(scores, kind, false, "tree_log_partition", cells);
+    const double log_z = detail::tree_crf_run(scores, kind, false, "tree_log_partition", cells);
+    detail::tree_crf_scratch::local().trim();
+    return log_z;
 }
 
 template <class T, class U>
@@ -291,6 +300,7 @@ double tree_marginals(score_view<const T> scores, score_view<U> marginals, tree_
     for (std::size_t m = 0; m < n; ++m) {
         for (std::size_t h = 0; h < n; ++h) marginals(m, h) = static_cast<U>(cells[n * n + m * n + h]);
     }
+    detail::tree_crf_scratch::local().trim();
     return log_z;
 }
 
@@ -308,7 +318,10 @@ double tree_crf_loss(score_view<const T> logits, const Gold& gold, score_view<T>
     std::vector<std::ptrdiff_t> heads;
     const std::size_t known = detail::tree_crf_gold(gold, n, kind, where, heads);
     if (n == 0) return 0.0;
-    if (known == 0) {  // every tree agrees: Z_gold == Z
+    if (known == 0) {  // every tree agrees: Z_gold == Z (the scores still checked)
+        const std::size_t nn = detail::tree_crf_cells(n, where);
+        detail::tree_crf_load(logits, detail::tree_crf_scratch::local().cells.get(nn), where);
+        detail::tree_crf_scratch::local().trim();
         for (std::size_t m = 0; m < n; ++m) {
             for (std::size_t h = 0; h < n; ++h) grad(m, h) = T(0);
         }
@@ -351,6 +364,7 @@ double tree_crf_loss(score_view<const T> logits, const Gold& gold, score_view<T>
     for (std::size_t m = 0; m < n; ++m) {
         for (std::size_t h = 0; h < n; ++h) grad(m, h) = static_cast<T>(scale * (mu[m * n + h] - gold_mu[m * n + h]));
     }
+    detail::tree_crf_scratch::local().trim();
     return scale * (log_z - log_z_gold);
 }
 
@@ -397,7 +411,9 @@ std::vector<std::size_t> mbr_heads(score_view<const T> scores, tree_kind kind)
     detail::tree_crf_run(scores, kind, true, "mbr_heads", cells);
     const std::size_t n = scores.n;
     const double* mu = cells + n * n;
-    return kind == tree_kind::projective ? eisner_heads(mu, n, n) : mst_heads(mu, n, n);
+    auto heads = kind == tree_kind::projective ? eisner_heads(mu, n, n) : mst_heads(mu, n, n);
+    detail::tree_crf_scratch::local().trim();
+    return heads;
 }
 
 BIAFFINE_NAMESPACE_END

@@ -268,8 +268,9 @@ inline bool inside_outside_linear(std::size_t n, const double* S, double* mu, do
 inline double inside_outside_solve(std::size_t n, const double* S, double* mu)
 {
     double log_z = 0.0;
-    if (inside_outside_linear(n, S, mu, log_z)) return log_z;
-    return inside_outside_log(n, S, mu);
+    if (!inside_outside_linear(n, S, mu, log_z)) log_z = inside_outside_log(n, S, mu);
+    inside_outside_scratch::local().cells.trim(17 * decode_keep_cells / 8);  // up to ~4 MB kept
+    return log_z;
 }
 
 }  // namespace detail
