@@ -9,14 +9,17 @@
 //
 // Two tree sets (`tree_kind`):
 //   * non_projective: all spanning trees, by the Matrix-Tree theorem (single
-//     root form), O(n^3), in double on column-shifted weights
-//     (detail/tree_crf_matrix_tree.hpp). Scores whose elimination would
-//     cancel (best heads closing a cycle whose other arcs, root arcs
-//     included, are hundreds of nats weaker) throw std::domain_error instead
-//     of returning an unreliable result;
+//     root form), O(n^3) time, O(n^2) memory, in double on column-shifted
+//     weights eliminated without subtraction (detail/tree_crf_matrix_tree.hpp),
+//     so a cycle of strong arcs with weak exits does not cancel. Weights that
+//     underflow (arcs ~745 nats below their token's best) are detected when
+//     they change the result, which then throws std::domain_error;
 //   * projective: the trees eisner_heads searches, by inside-outside over
-//     Eisner's spans in the log domain (detail/tree_crf_inside_outside.hpp):
-//     O(n^3) time, O(n^2) memory, stable for any magnitude.
+//     Eisner's spans (detail/tree_crf_inside_outside.hpp): O(n^3) time,
+//     O(n^2) memory, on linear weights when they hold the split and in the
+//     log domain otherwise, so any finite magnitude.
+// Per thread, the solvers keep their scratch between calls (a few `[n, n]`
+// double matrices; freed again after splits of a few hundred tokens).
 // Scores may be float or double (accumulated in double), finite or -inf (a
 // masked arc); NaN and +inf throw error naming row and column.
 #pragma once
@@ -48,8 +51,9 @@ enum class tree_kind {
 };
 
 /// log Z of one split's `[n, n]` arc scores (a score_view with 1 label) over
-/// the trees of `kind`. n == 0 -> 0. Throws shape_error for a label view or a
-/// short row stride, error for NaN or +inf (naming row and column),
+/// the trees of `kind`: log of the sum over trees of exp(tree score). n == 0
+/// -> 0. Throws shape_error for a label view or a short row stride, error for
+/// a null view with n > 0, NaN or +inf (naming row and column),
 /// std::domain_error when no tree has a finite score or (non_projective) the
 /// scores are beyond the solver's range.
 template <class T>
