@@ -55,6 +55,7 @@
 #include "biaffine/biaffine.hpp"
 #include "biaffine/conllu.hpp"
 #include "biaffine/decode.hpp"
+#include "biaffine/tree_crf.hpp"
 #include "biaffine/detail/compute/avx2_kernel.hpp"
 #include "biaffine/detail/compute/avx512_bf16.hpp"
 #include "biaffine/detail/compute/avx512_bf16_gemm.hpp"

@@ -21,5 +21,6 @@
 #include "biaffine/decode.hpp"
 #include "biaffine/lazy_split.hpp"
 #include "biaffine/loss.hpp"
+#include "biaffine/tree_crf.hpp"
 #include "biaffine/scorer_io.hpp"
 #include "biaffine/conllu.hpp"
