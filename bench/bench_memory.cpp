@@ -37,7 +37,10 @@
 // (increase over what was alive before the call: parameters and the input
 // document are not counted), output bytes, the counting operator new's peak
 // (same convention), max RSS (and its growth over the RSS before the call),
-// wall time, FLOPs and GFLOP/s.
+// all of the first call; then the time of --reps warm calls (their median,
+// min and max; the first call's time apart: page faults and one-time setup),
+// FLOPs and GFLOP/s at the median. Every row carries the CPU, its vector ISA
+// flags, the build and the timing protocol, so --replot renders the header too.
 #include "counting_new.hpp"  // the one TU of this binary that replaces operator new
 
 #include <algorithm>
@@ -77,7 +80,7 @@ struct options : bb::common_flags {
     bool one = false;
     bool dry_run = false;
     int reps = 5;             // warm repetitions timed after the first call
-    double rep_seconds = 10;  // stop them once they add up to this (0: no limit)
+    double rep_seconds = 15;  // stop them once all calls add up to this (0: no limit)
     std::string replot;  // JSON lines of an earlier run to re-render
     std::string csv, svg;
     options()
@@ -114,10 +117,12 @@ Usage: bench_memory [flags]
                      after the first one (default 5; min and max kept in the
                      JSON and CSV); the first call, whose memory is reported,
                      is timed on its own (cold: page faults, one-time setup)
-  --rep-seconds S    stop a configuration's warm calls once they add up to S
-                     seconds (default 10, at least one call; 0: no limit), so
-                     the largest configurations of the default table run 1-3
-                     of them; the JSON's "reps" says how many ran
+  --rep-seconds S    stop a configuration's warm calls once its calls, the
+                     first included, add up to S seconds (default 15; 0: no
+                     limit): a first call of S seconds or more runs alone and
+                     its time stands for the row (reps 0), so the minute-long
+                     configurations of the default table take no longer than
+                     before; the JSON's "reps" says how many ran
   --train            forward + backward (streaming has no training path: skipped)
   --recompute        train with scorer_config::recompute_in_backward: nothing
                      but split views kept between forward and backward
@@ -303,12 +308,15 @@ struct measured {
     std::uint64_t batches = 0, oversize = 0;
 };
 
-/// Wall and CPU seconds of the warm calls of one configuration.
+/// Wall and CPU seconds of the warm calls of one configuration. Without any
+/// (a first call that used up --rep-seconds alone) the first call's stand in.
 struct warm_times {
     std::vector<double> wall, cpu;
-    double median() const { return bb::median(wall); }
-    double min() const { return *std::min_element(wall.begin(), wall.end()); }
-    double max() const { return *std::max_element(wall.begin(), wall.end()); }
+    double first_wall = 0, first_cpu = 0;
+    double median() const { return wall.empty() ? first_wall : bb::median(wall); }
+    double cpu_median() const { return cpu.empty() ? first_cpu : bb::median(cpu); }
+    double min() const { return wall.empty() ? first_wall : *std::min_element(wall.begin(), wall.end()); }
+    double max() const { return wall.empty() ? first_wall : *std::max_element(wall.begin(), wall.end()); }
     /// The wall times as written ("0.0123 0.0119 ..."): one JSON string, so
     /// that the flat JSON lines stay flat and a reader can recompute the median.
     std::string samples() const
@@ -320,14 +328,18 @@ struct warm_times {
 };
 
 /// Runs `one()` (returning a call's wall and CPU seconds) --reps times, or
-/// fewer once the calls add up to --rep-seconds; always at least once.
+/// fewer once the configuration's calls, the first one included, add up to
+/// --rep-seconds: a first call that long runs alone (its minute-long
+/// configurations would otherwise double the default table's run time).
 template <class F>
-warm_times time_warm_calls(const options& o, F&& one)
+warm_times time_warm_calls(const options& o, const measured& first, F&& one)
 {
     warm_times t;
-    double spent = 0;
+    t.first_wall = first.seconds;
+    t.first_cpu = first.cpu_seconds;
+    double spent = first.seconds;
     for (int i = 0; i < o.reps; ++i) {
-        if (i > 0 && o.rep_seconds > 0 && spent >= o.rep_seconds) break;
+        if (o.rep_seconds > 0 && spent >= o.rep_seconds) break;
         const auto [wall, cpu] = one();
         t.wall.push_back(wall);
         t.cpu.push_back(cpu);
@@ -517,7 +529,7 @@ int run_one_as(const options& o)
     // Warm repetitions, after everything above is read: the time reported is
     // their median, without first-touch page faults and one-time setup
     // (bf16 weight packing, the thread pool), which stay in the first call's.
-    const warm_times warm = time_warm_calls(o, [&] {
+    const warm_times warm = time_warm_calls(o, r, [&] {
         measured again;
         call(again);
         return std::make_pair(again.seconds, again.cpu_seconds);
@@ -573,7 +585,7 @@ int run_one_as(const options& o)
         .add("seconds_max", warm.max())
         .add("seconds_reps", warm.samples())
         .add("reps", static_cast<std::uint64_t>(warm.wall.size()))
-        .add("cpu_seconds", bb::median(warm.cpu))
+        .add("cpu_seconds", warm.cpu_median())
         .add("cold_seconds", r.seconds)
         .add("cold_cpu_seconds", r.cpu_seconds)
         .add("gflop", gflop)
@@ -688,7 +700,9 @@ std::string timing_protocol(const run_info& i)
 {
     if (i.reps == 0) return "one (first, cold) call per configuration: JSON lines from before --reps";
     return "median of " + std::to_string(i.reps) + " warm call" + (i.reps == 1 ? "" : "s") + " after the first" +
-           (i.rep_seconds > 0 ? " (fewer once they pass " + fmt("%g", i.rep_seconds) + " s)" : "");
+           (i.rep_seconds > 0 ? " (fewer once the calls pass " + fmt("%g", i.rep_seconds) +
+                                    " s; reps 0: the first call alone passed them, its time stands)"
+                              : "");
 }
 
 /// The machine and the build in one line (the tables' header, the plot's subtitle).
@@ -737,7 +751,7 @@ std::string tables(const options& o, const std::vector<row>& rows)
         s << mib_str(r.num("peak_bytes")) << " | " << mib_str(r.num("output_bytes")) << " | "
           << mib_str(r.num("heap_peak_bytes")) << " | " << fmt("%.0f", r.num("max_rss_bytes") / bb::mib) << " ("
           << fmt("%.0f", r.num("rss_growth_bytes") / bb::mib) << ") | " << fmt("%.3f", r.num("seconds"))
-          << (warm ? " (" + fmt("%.3f", r.num("seconds_min")) + "-" + fmt("%.3f", r.num("seconds_max")) + ")" : "")
+          << (warm && r.num("reps") > 0 ? " (" + fmt("%.3f", r.num("seconds_min")) + "-" + fmt("%.3f", r.num("seconds_max")) + ")" : "")
           << " | " << (warm ? fmt("%.0f", r.num("reps")) : "-") << " | "
           << (warm ? fmt("%.3f", r.num("cold_seconds")) : "-") << " | " << fmt("%.3f", r.num("cpu_seconds")) << " | "
           << fmt("%.1f", r.num("gflops")) << " |\n";
@@ -795,7 +809,7 @@ std::string tables(const options& o, const std::vector<row>& rows)
     std::ostringstream ps;
     bool any_precision = false;
     ps << "\n| configuration | scores fp32 / bf16 | largest block fp32 / bf16 | tracked outputs fp32 / bf16 | "
-          "peak fp32 / bf16 | time fp32 / bf16 |\n|---|---:|---:|---:|---:|---:|\n";
+          "peak fp32 / bf16 | time fp32 / bf16 | CPU time fp32 / bf16 |\n|---|---:|---:|---:|---:|---:|---:|\n";
     std::set<std::tuple<std::uint64_t, std::uint64_t, std::string>> seen_modes;
     for (const row& r0 : rows) {
         if (!seen_modes.insert(std::make_tuple(r0.tokens, r0.labels, r0.mode)).second) continue;
@@ -806,7 +820,7 @@ std::string tables(const options& o, const std::vector<row>& rows)
         auto ratio = [&](const char* k) -> std::string { return b->num(k) > 0 ? fmt("%.2fx", a->num(k) / b->num(k)) : "-"; };
         ps << "| " << tokens_label(r0.tokens) << " tokens, o=" << r0.labels << ", " << r0.mode << " | "
            << ratio("score_bytes") << " | " << ratio("block_bytes") << " | " << ratio("output_bytes") << " | "
-           << ratio("peak_bytes") << " | " << ratio("seconds") << " |\n";
+           << ratio("peak_bytes") << " | " << ratio("seconds") << " | " << ratio("cpu_seconds") << " |\n";
     }
     if (any_precision) s << ps.str();
     return s.str();
