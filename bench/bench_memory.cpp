@@ -1049,9 +1049,12 @@ int drive(const options& o, const char* argv0)
                         skipped(why, 0);
                     } else {
                         r.line = line;
-                        std::cerr << " " << fmt("%.3f s", bb::json_num(line, "seconds")) << " (median of "
-                                  << bb::json_num(line, "reps") << "; first call "
-                                  << fmt("%.3f s", bb::json_num(line, "cold_seconds")) << "), peak "
+                        const double reps = bb::json_num(line, "reps");
+                        std::cerr << " " << fmt("%.3f s", bb::json_num(line, "seconds"))
+                                  << (reps > 0 ? " (median of " + fmt("%g", reps) + "; first call " +
+                                                     fmt("%.3f s", bb::json_num(line, "cold_seconds")) + ")"
+                                               : std::string(" (the first call alone: past --rep-seconds)"))
+                                  << ", peak "
                                   << mib_str(bb::json_num(line, "peak_bytes")) << " MiB\n";
                     }
                 }
