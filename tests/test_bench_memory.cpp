@@ -299,26 +299,30 @@ TEST_CASE("bench_memory --reps / --rep-seconds: the number of warm calls and the
             check_summary(obj);
         }
     }
-    SECTION("a --rep-seconds the first call passes alone: no warm call, the first call's time stands")
-    {
-        const run_output r = run("--tokens 1000 --labels 1 --modes batched --reps 4 --rep-seconds 1e-9 --json");
-        INFO(r.all);
+    // The one row of a batched run of 1000 tokens, o=1.
+    auto one_row = [](const std::string& flags) {
+        const run_output r = run("--tokens 1000 --labels 1 --modes batched --json " + flags);
+        INFO(flags << "\n" << r.all);
         REQUIRE(r.status == 0);
         REQUIRE(r.json.size() == 1);
-        CHECK(num(r.json[0], "reps") == 0);
-        CHECK(raw(r.json[0], "seconds_reps").empty());
-        CHECK(num(r.json[0], "rep_seconds") == 1e-9);
-        check_summary(r.json[0]);
-        CHECK(num(r.json[0], "seconds") == num(r.json[0], "cold_seconds"));
+        return r.json[0];
+    };
+    SECTION("a --rep-seconds the first call passes alone: no warm call, the first call's time stands")
+    {
+        const std::string obj = one_row("--reps 4 --rep-seconds 1e-9");
+        INFO(obj);
+        CHECK(num(obj, "reps") == 0);
+        CHECK(raw(obj, "seconds_reps").empty());
+        CHECK(num(obj, "rep_seconds") == 1e-9);
+        check_summary(obj);
+        CHECK(num(obj, "seconds") == num(obj, "cold_seconds"));
     }
     SECTION("--rep-seconds 0: no limit")
     {
-        const run_output r = run("--tokens 1000 --labels 1 --modes batched --reps 3 --rep-seconds 0 --json");
-        INFO(r.all);
-        REQUIRE(r.status == 0);
-        REQUIRE(r.json.size() == 1);
-        CHECK(num(r.json[0], "reps") == 3);
-        check_summary(r.json[0]);
+        const std::string obj = one_row("--reps 3 --rep-seconds 0");
+        INFO(obj);
+        CHECK(num(obj, "reps") == 3);
+        check_summary(obj);
     }
     SECTION("bad counts are refused")
     {
