@@ -37,7 +37,10 @@
 // (increase over what was alive before the call: parameters and the input
 // document are not counted), output bytes, the counting operator new's peak
 // (same convention), max RSS (and its growth over the RSS before the call),
-// wall time, FLOPs and GFLOP/s.
+// all of the first call; then the time of --reps warm calls (their median,
+// min and max; the first call's time apart: page faults and one-time setup),
+// FLOPs and GFLOP/s at the median. Every row carries the CPU, its vector ISA
+// flags, the build and the timing protocol, so --replot renders the header too.
 #include "counting_new.hpp"  // the one TU of this binary that replaces operator new
 
 #include <algorithm>
@@ -76,6 +79,8 @@ struct options : bb::common_flags {
     bool logits = false;     // scorer_config::train_outputs = logits
     bool one = false;
     bool dry_run = false;
+    int reps = 5;             // warm repetitions timed after the first call
+    double rep_seconds = 15;  // stop them once all calls add up to this (0: no limit)
     std::string replot;  // JSON lines of an earlier run to re-render
     std::string csv, svg;
     options()
@@ -86,6 +91,7 @@ struct options : bb::common_flags {
     void add_flags(bb::flag_table& t)
     {
         t.add("--modes", modes).add("--precision", precisions).add("--recompute", recompute).add("--logits", logits).add("--one", one).add("--dry-run", dry_run).add("--replot", replot);
+        t.add("--reps", reps).add("--rep-seconds", rep_seconds);
         t.add("--csv", csv).add("--svg", svg);
     }
 };
@@ -107,6 +113,16 @@ Usage: bench_memory [flags]
   --budget-mb X      byte budget of the batched/streaming layers in MiB (default 16)
   --threads N        passed to the library's thread option when it has one
                      (otherwise the run is single-threaded and says so)
+  --reps N           time each configuration as the median of N warm calls
+                     after the first one (default 5; min and max kept in the
+                     JSON and CSV); the first call, whose memory is reported,
+                     is timed on its own (cold: page faults, one-time setup)
+  --rep-seconds S    stop a configuration's warm calls once its calls, the
+                     first included, add up to S seconds (default 15; 0: no
+                     limit): a first call of S seconds or more runs alone and
+                     its time stands for the row (reps 0), so the minute-long
+                     configurations of the default table take no longer than
+                     before; the JSON's "reps" says how many ran
   --train            forward + backward (streaming has no training path: skipped)
   --recompute        train with scorer_config::recompute_in_backward: nothing
                      but split views kept between forward and backward
@@ -145,6 +161,11 @@ options parse(int argc, char** argv)
     }
     if (o.precisions.empty()) {
         std::cerr << "bench_memory: --precision needs fp32 and/or bf16\n";
+        std::exit(2);
+    }
+    if (o.reps < 1 || !(o.rep_seconds >= 0)) {
+        std::cerr << "bench_memory: --reps must be >= 1 and --rep-seconds >= 0 (got --reps " << o.reps
+                  << ", --rep-seconds " << o.rep_seconds << ")\n";
         std::exit(2);
     }
     if (o.threads < 1 || o.budget_mb <= 0 || o.tokens.empty() || o.labels.empty()) {
@@ -287,6 +308,72 @@ struct measured {
     std::uint64_t batches = 0, oversize = 0;
 };
 
+/// Wall and CPU seconds of the warm calls of one configuration. Without any
+/// (a first call that used up --rep-seconds alone) the first call's stand in.
+struct warm_times {
+    std::vector<double> wall, cpu;
+    double first_wall = 0, first_cpu = 0;
+    double median() const { return wall.empty() ? first_wall : bb::median(wall); }
+    double cpu_median() const { return cpu.empty() ? first_cpu : bb::median(cpu); }
+    double min() const { return wall.empty() ? first_wall : *std::min_element(wall.begin(), wall.end()); }
+    double max() const { return wall.empty() ? first_wall : *std::max_element(wall.begin(), wall.end()); }
+    /// The wall times as written ("0.0123 0.0119 ..."): one JSON string, so
+    /// that the flat JSON lines stay flat and a reader can recompute the median.
+    std::string samples() const
+    {
+        std::string out;
+        for (double x : wall) out += (out.empty() ? "" : " ") + fmt("%.6g", x);
+        return out;
+    }
+};
+
+/// Runs `one()` (returning a call's wall and CPU seconds) --reps times, or
+/// fewer once the configuration's calls, the first one included, add up to
+/// --rep-seconds: a first call that long runs alone (its minute-long
+/// configurations would otherwise double the default table's run time).
+template <class F>
+warm_times time_warm_calls(const options& o, const measured& first, F&& one)
+{
+    warm_times t;
+    t.first_wall = first.seconds;
+    t.first_cpu = first.cpu_seconds;
+    double spent = first.seconds;
+    for (int i = 0; i < o.reps; ++i) {
+        if (o.rep_seconds > 0 && spent >= o.rep_seconds) break;
+        const auto [wall, cpu] = one();
+        t.wall.push_back(wall);
+        t.cpu.push_back(cpu);
+        spent += wall;
+    }
+    return t;
+}
+
+/// How the bf16 products of this build run: the kernel the compiler targets.
+const char* bf16_products()
+{
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && BIAFFINE_DETAIL_AMX_TARGET
+    return "AMX tiles";
+#elif defined(__AVX512F__) && defined(__AVX512BF16__)
+    return "AVX512_BF16";
+#else
+    return "emulated on the fp32 kernels";
+#endif
+}
+
+/// What every row of a run carries besides its measurements, so that
+/// --replot renders the same header: the machine, the build, the timing
+/// protocol and the load when the row was taken.
+void add_run_fields(bb::json_line& j, const options& o)
+{
+    j.add("cpu", bb::cpu_model())
+        .add("cpu_flags", bb::cpu_vector_flags())
+        .add("build", biaffine::abi_tag)
+        .add("bf16_products", bf16_products())
+        .add("reps_requested", o.reps)
+        .add("rep_seconds", o.rep_seconds)
+        .add("load_average", bb::load_average());
+}
+
 /// One configuration with outputs (and score gradients) in Out.
 template <class Out>
 int run_one_as(const options& o)
@@ -325,14 +412,10 @@ int run_one_as(const options& o)
         }
     }
 
-    const std::uint64_t rss_before = bb::current_rss_bytes();
-    measured r;
-    {
-        biaffine::scoped_peak sp;
-        bb::heap::reset_peak();
-        const std::int64_t heap_start = bb::heap::current();
-        const std::int64_t heap_allocs_start = bb::heap::allocs();
-        const std::uint64_t allocs_start = biaffine::tracker().stats().allocations;
+    // One call of the configuration, decoding included: sets r's time,
+    // outputs and checksum. The first call is measured for memory; the warm
+    // ones after it only for time.
+    auto call = [&](measured& r) {
         const std::uint64_t out_start = biaffine::tracker().stats().output_bytes;
         const double c0 = bb::cpu_seconds();
         const double t0 = bb::now_seconds();
@@ -422,6 +505,17 @@ int run_one_as(const options& o)
         }
         r.seconds = t1 - t0;
         r.cpu_seconds = bb::cpu_seconds() - c0;
+    };
+
+    const std::uint64_t rss_before = bb::current_rss_bytes();
+    measured r;
+    {
+        biaffine::scoped_peak sp;
+        bb::heap::reset_peak();
+        const std::int64_t heap_start = bb::heap::current();
+        const std::int64_t heap_allocs_start = bb::heap::allocs();
+        const std::uint64_t allocs_start = biaffine::tracker().stats().allocations;
+        call(r);
         r.peak = sp.peak_increase();
         r.work_peak = sp.work_peak_bytes() > sp.start_bytes() ? sp.work_peak_bytes() - sp.start_bytes() : 0;
         r.heap_peak = bb::heap::peak() - heap_start;
@@ -431,6 +525,15 @@ int run_one_as(const options& o)
     r.batches = model.inner().batch_count();
     r.oversize = model.inner().oversize_count();
     const std::uint64_t max_rss = bb::max_rss_bytes();
+
+    // Warm repetitions, after everything above is read: the time reported is
+    // their median, without first-touch page faults and one-time setup
+    // (bf16 weight packing, the thread pool), which stay in the first call's.
+    const warm_times warm = time_warm_calls(o, r, [&] {
+        measured again;
+        call(again);
+        return std::make_pair(again.seconds, again.cpu_seconds);
+    });
 
     const std::uint64_t score_cells = m == "naive"  ? static_cast<std::uint64_t>(n_splits) * L * L * labels
                                       : m == "heads" ? static_cast<std::uint64_t>(tokens) * labels
@@ -477,15 +580,22 @@ int run_one_as(const options& o)
                                                                       n_splits * sizeof(biaffine::score_view<const Out>))
                                          : 0))
         .add("predicted_bytes", p.run_bytes)
-        .add("seconds", r.seconds)
-        .add("cpu_seconds", r.cpu_seconds)
+        .add("seconds", warm.median())
+        .add("seconds_min", warm.min())
+        .add("seconds_max", warm.max())
+        .add("seconds_reps", warm.samples())
+        .add("reps", static_cast<std::uint64_t>(warm.wall.size()))
+        .add("cpu_seconds", warm.cpu_median())
+        .add("cold_seconds", r.seconds)
+        .add("cold_cpu_seconds", r.cpu_seconds)
         .add("gflop", gflop)
         .add("gflop_padded", gflop_padded)
-        .add("gflops", r.seconds > 0 ? gflop / r.seconds : 0.0)
+        .add("gflops", warm.median() > 0 ? gflop / warm.median() : 0.0)
         .add("batches", m == "naive" ? std::uint64_t(1) : r.batches)
         .add("oversize", r.oversize)
         .add("checksum", r.checksum)
         .add("skipped", false);
+    add_run_fields(j, o);
     std::cout << j.str() << std::endl;
     return 0;
 }
@@ -558,8 +668,53 @@ std::string thousands(double v)
 
 std::string mib_str(double b) { return fmt(b >= 100 * bb::mib ? "%.0f" : (b >= 10 * bb::mib ? "%.1f" : "%.2f"), b / bb::mib); }
 
-std::string tables(const options& o, const std::vector<row>& rows, int threads_effective)
+/// The run as its rows describe it: the same whether the run renders its own
+/// tables or --replot renders them from its JSON lines.
+struct run_info {
+    // Empty when the JSON lines predate these fields.
+    std::string cpu, cpu_flags, build, bf16;
+    std::string load;  // at the end of the last row
+    int threads = 1;
+    int reps = 0;  // --reps; 0: rows from before --reps, one (first) call each
+    double rep_seconds = 0;
+};
+
+run_info describe(const std::vector<row>& rows)
 {
+    run_info i;
+    if (rows.empty()) return i;
+    const std::string& first = rows.front().line;
+    i.cpu = bb::json_get(first, "cpu").value_or("");
+    i.cpu_flags = bb::json_get(first, "cpu_flags").value_or("");
+    i.build = bb::json_get(first, "build").value_or("");
+    i.bf16 = bb::json_get(first, "bf16_products").value_or("");
+    i.load = bb::json_get(rows.back().line, "load_average").value_or("");
+    i.threads = static_cast<int>(bb::json_num(first, "threads", 1));
+    i.reps = static_cast<int>(bb::json_num(first, "reps_requested", 0));
+    i.rep_seconds = bb::json_num(first, "rep_seconds", 0);
+    return i;
+}
+
+/// "median of 5 warm calls after the first (at most 10 s of them)".
+std::string timing_protocol(const run_info& i)
+{
+    if (i.reps == 0) return "one (first, cold) call per configuration: JSON lines from before --reps";
+    return "median of " + std::to_string(i.reps) + " warm call" + (i.reps == 1 ? "" : "s") + " after the first" +
+           (i.rep_seconds > 0 ? " (fewer once the calls pass " + fmt("%g", i.rep_seconds) +
+                                    " s; reps 0: the first call alone passed them, its time stands)"
+                              : "");
+}
+
+/// The machine and the build in one line (the tables' header, the plot's subtitle).
+std::string machine(const run_info& i)
+{
+    if (i.cpu.empty()) return "CPU: not recorded in these JSON lines";
+    return "CPU: " + i.cpu + " (vector ISA: " + i.cpu_flags + "); build " + i.build + ", bf16 products on " + i.bf16;
+}
+
+std::string tables(const options& o, const std::vector<row>& rows)
+{
+    const run_info info = describe(rows);
     std::ostringstream s;
     s << "Workload: one document per configuration, `n_in = 256` float32, sentences log-normal (median 18, "
          "sigma 0.6, clipped to [1, 100]); scorer `h = 128`, both bias columns; "
@@ -567,28 +722,38 @@ std::string tables(const options& o, const std::vector<row>& rows, int threads_e
                         (o.logits ? ", train_output::logits" : "") + ")"
                   : std::string("inference"))
       << "; budget " << o.budget_mb << " MiB; threads "
-      << threads_effective
+      << info.threads
       << (bb::has_threads_member<biaffine::batch_options>::value ? "" : " (the library has no thread option: 1)")
-      << ". CPU: " << bb::cpu_model()
-      << (o.replot.empty() ? "; load average at the end " + bb::load_average() : "; re-rendered from " + o.replot)
-      << ".\n\n"
-      << "Peak = the library tracker's peak increase during the call (parameters and the input document "
+      << "; time: " << timing_protocol(info) << ". " << machine(info)
+      << (info.load.empty() ? "" : "; load average at the end " + info.load) << ".\n\n"
+      << "Peak = the library tracker's peak increase during the first call (parameters and the input document "
          "excluded); heap = the counting `operator new` peak increase; RSS = process max RSS (growth over the "
-         "RSS before the call in brackets). Time is wall time (process CPU time in brackets). Time includes decoding heads (argmax per row) in every mode. "
-         "GFLOP/s counts the true (length-aware) FLOPs.\n\n";
-    s << "| configuration | peak MiB | outputs MiB | heap peak MiB | max RSS MiB (growth) | time s (CPU s) | GFLOP/s |\n"
-      << "|---|---:|---:|---:|---:|---:|---:|\n";
+         "RSS before the call in brackets), read after the first call. "
+      << (info.reps == 0 ? "Time = the first call's wall time, CPU s its process CPU time. "
+                         : "Time = wall time of the warm calls: their median, min-max in brackets, `reps` of them; "
+                           "first call = the first call's wall time (cold: page faults and one-time setup such as "
+                           "bf16 weight packing; the call whose memory is reported); CPU s = the warm calls' median "
+                           "process CPU time. ")
+      << "Every call includes decoding heads (argmax per row). GFLOP/s = the true (length-aware) FLOPs over "
+      << (info.reps == 0 ? "that time." : "the median time. The ratio tables use the medians.") << "\n\n";
+    s << "| configuration | peak MiB | outputs MiB | heap peak MiB | max RSS MiB (growth) | time s (min-max) | reps | "
+         "first call s | CPU s | GFLOP/s |\n"
+      << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     for (const row& r : rows) {
         s << "| " << tokens_label(r.tokens) << " tokens, o=" << r.labels << ", " << r.mode
           << (r.precision == "fp32" ? "" : ", " + r.precision) << " | ";
         if (r.skipped) {
-            s << r.reason << " | | | | | |\n";
+            s << r.reason << " | | | | | | | | |\n";
             continue;
         }
+        // Rows from before --reps have one (cold) time and nothing else.
+        const bool warm = bb::json_get(r.line, "reps").has_value();
         s << mib_str(r.num("peak_bytes")) << " | " << mib_str(r.num("output_bytes")) << " | "
           << mib_str(r.num("heap_peak_bytes")) << " | " << fmt("%.0f", r.num("max_rss_bytes") / bb::mib) << " ("
-          << fmt("%.0f", r.num("rss_growth_bytes") / bb::mib) << ") | " << fmt("%.3f", r.num("seconds")) << " ("
-          << fmt("%.3f", r.num("cpu_seconds")) << ") | "
+          << fmt("%.0f", r.num("rss_growth_bytes") / bb::mib) << ") | " << fmt("%.3f", r.num("seconds"))
+          << (warm && r.num("reps") > 0 ? " (" + fmt("%.3f", r.num("seconds_min")) + "-" + fmt("%.3f", r.num("seconds_max")) + ")" : "")
+          << " | " << (warm ? fmt("%.0f", r.num("reps")) : "-") << " | "
+          << (warm ? fmt("%.3f", r.num("cold_seconds")) : "-") << " | " << fmt("%.3f", r.num("cpu_seconds")) << " | "
           << fmt("%.1f", r.num("gflops")) << " |\n";
     }
     // Ratios per (tokens, labels).
@@ -644,7 +809,7 @@ std::string tables(const options& o, const std::vector<row>& rows, int threads_e
     std::ostringstream ps;
     bool any_precision = false;
     ps << "\n| configuration | scores fp32 / bf16 | largest block fp32 / bf16 | tracked outputs fp32 / bf16 | "
-          "peak fp32 / bf16 | time fp32 / bf16 |\n|---|---:|---:|---:|---:|---:|\n";
+          "peak fp32 / bf16 | time fp32 / bf16 | CPU time fp32 / bf16 |\n|---|---:|---:|---:|---:|---:|---:|\n";
     std::set<std::tuple<std::uint64_t, std::uint64_t, std::string>> seen_modes;
     for (const row& r0 : rows) {
         if (!seen_modes.insert(std::make_tuple(r0.tokens, r0.labels, r0.mode)).second) continue;
@@ -655,7 +820,7 @@ std::string tables(const options& o, const std::vector<row>& rows, int threads_e
         auto ratio = [&](const char* k) -> std::string { return b->num(k) > 0 ? fmt("%.2fx", a->num(k) / b->num(k)) : "-"; };
         ps << "| " << tokens_label(r0.tokens) << " tokens, o=" << r0.labels << ", " << r0.mode << " | "
            << ratio("score_bytes") << " | " << ratio("block_bytes") << " | " << ratio("output_bytes") << " | "
-           << ratio("peak_bytes") << " | " << ratio("seconds") << " |\n";
+           << ratio("peak_bytes") << " | " << ratio("seconds") << " | " << ratio("cpu_seconds") << " |\n";
     }
     if (any_precision) s << ps.str();
     return s.str();
@@ -665,8 +830,10 @@ void write_csv(const std::string& path, const std::vector<row>& rows)
 {
     static const char* keys[] = {"mode", "precision", "tokens", "labels", "threads", "train", "recompute", "logits", "budget_bytes", "splits",
                                  "max_len", "peak_bytes", "work_peak_bytes", "output_bytes", "score_bytes", "block_bytes", "heap_peak_bytes",
-                                 "max_rss_bytes", "rss_growth_bytes", "predicted_bytes", "seconds", "cpu_seconds", "gflop",
-                                 "gflop_padded", "gflops", "batches", "oversize", "skipped", "reason"};
+                                 "max_rss_bytes", "rss_growth_bytes", "predicted_bytes", "seconds", "seconds_min", "seconds_max",
+                                 "reps", "seconds_reps", "cpu_seconds", "cold_seconds", "cold_cpu_seconds", "gflop",
+                                 "gflop_padded", "gflops", "batches", "oversize", "skipped", "reason", "cpu", "cpu_flags",
+                                 "build", "bf16_products", "reps_requested", "rep_seconds"};
     std::ofstream f(path);
     for (std::size_t i = 0; i < std::size(keys); ++i) f << (i ? "," : "") << keys[i];
     f << "\n";
@@ -686,7 +853,7 @@ void write_csv(const std::string& path, const std::vector<row>& rows)
 /// (mode, labels); skipped configurations drawn hollow at their predicted size.
 void write_svg(const std::string& path, const options& o, const std::vector<row>& rows)
 {
-    const double W = 740, H = 460, ml = 90, mr = 190, mt = 40, mb = 60;
+    const double W = 740, H = 480, ml = 90, mr = 190, mt = 62, mb = 60;
     const double pw = W - ml - mr, ph = H - mt - mb;
     double xmin = 1e300, xmax = 0, ymin = 1e300, ymax = 0;
     auto yval = [](const row& r) { return r.skipped ? r.predicted : std::max(r.num("peak_bytes"), 1.0); };
@@ -711,6 +878,17 @@ void write_svg(const std::string& path, const options& o, const std::vector<row>
       << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
       << "<text x=\"" << ml + pw / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">Peak memory vs document "
          "length (" << (o.train ? "train" : "inference") << ", float32, n_in=256, h=128)</text>\n";
+    // The tables' header in two lines: where and how the figures were taken.
+    const run_info info = describe(rows);
+    auto text = [](const std::string& x) {
+        std::string e;
+        for (char c : x) e += c == '&' ? std::string("&amp;") : c == '<' ? std::string("&lt;") : c == '>' ? std::string("&gt;") : std::string(1, c);
+        return e;
+    };
+    f << "<text x=\"" << W / 2 << "\" y=\"38\" text-anchor=\"middle\" font-size=\"9\" fill=\"#444\">"
+      << text(machine(info)) << "</text>\n<text x=\"" << W / 2
+      << "\" y=\"50\" text-anchor=\"middle\" font-size=\"9\" fill=\"#444\">threads " << info.threads
+      << "; time: " << text(timing_protocol(info)) << "; memory from the first call</text>\n";
     // Grid and ticks.
     for (double e = lx0; e <= lx1 + 1e-9; e += 1) {
         const double x = X(std::pow(10.0, e));
@@ -772,7 +950,7 @@ void write_svg(const std::string& path, const options& o, const std::vector<row>
     f << "</svg>\n";
 }
 
-int report(const options& o, const std::vector<row>& rows, int threads_effective);
+int report(const options& o, const std::vector<row>& rows);
 
 /// Rebuilds the rows from the JSON lines of an earlier run.
 int replot(options o)
@@ -780,7 +958,6 @@ int replot(options o)
     std::ifstream f(o.replot);
     if (!f) throw std::runtime_error("cannot read " + o.replot);
     std::vector<row> rows;
-    int threads = 1;
     for (std::string line; std::getline(f, line);) {
         if (line.empty() || line[0] != '{') continue;
         row r;
@@ -796,11 +973,11 @@ int replot(options o)
         o.recompute = bb::json_get(line, "recompute").value_or("false") == "true";
         o.logits = bb::json_get(line, "logits").value_or("false") == "true";
         o.budget_mb = bb::json_num(line, "budget_bytes") / bb::mib;
-        threads = static_cast<int>(bb::json_num(line, "threads", 1));
         rows.push_back(r);
     }
     o.json = false;
-    return report(o, rows, threads);
+    std::cerr << "bench_memory: re-rendering " << rows.size() << " rows of " << o.replot << "\n";
+    return report(o, rows);
 }
 
 int drive(const options& o, const char* argv0)
@@ -825,7 +1002,8 @@ int drive(const options& o, const char* argv0)
                 r.labels = l;
                 bb::json_line skip;
                 skip.add("mode", m).add("precision", prec).add("tokens", t).add("labels", l).add("threads", threads_effective)
-                    .add("train", o.train).add("budget_bytes", budget);
+                    .add("train", o.train).add("recompute", o.recompute).add("logits", o.logits)
+                    .add("budget_bytes", budget);
                 auto skipped = [&](const std::string& why, double predicted) {
                     r.skipped = true;
                     r.reason = why;
@@ -833,6 +1011,7 @@ int drive(const options& o, const char* argv0)
                     skip.null("peak_bytes").null("output_bytes").null("heap_peak_bytes").null("max_rss_bytes")
                         .null("seconds").null("gflop").add("predicted_bytes", predicted).add("skipped", true)
                         .add("reason", why);
+                    add_run_fields(skip, o);
                     r.line = skip.str();
                 };
                 const prediction p = predict(o, m, t, l, prec);
@@ -851,7 +1030,8 @@ int drive(const options& o, const char* argv0)
                     std::vector<std::string> args{"bench_memory", "--one", "--modes", m, "--tokens",
                                                   std::to_string(t), "--labels", std::to_string(l), "--budget-mb",
                                                   fmt("%.17g", o.budget_mb), "--threads", std::to_string(o.threads),
-                                                  "--precision", prec};
+                                                  "--precision", prec, "--reps", std::to_string(o.reps),
+                                                  "--rep-seconds", fmt("%.17g", o.rep_seconds)};
                     if (o.train) args.push_back("--train");
                     if (o.recompute) args.push_back("--recompute");
                     if (o.logits) args.push_back("--logits");
@@ -869,7 +1049,12 @@ int drive(const options& o, const char* argv0)
                         skipped(why, 0);
                     } else {
                         r.line = line;
-                        std::cerr << " " << fmt("%.3f s", bb::json_num(line, "seconds")) << ", peak "
+                        const double reps = bb::json_num(line, "reps");
+                        std::cerr << " " << fmt("%.3f s", bb::json_num(line, "seconds"))
+                                  << (reps > 0 ? " (median of " + fmt("%g", reps) + "; first call " +
+                                                     fmt("%.3f s", bb::json_num(line, "cold_seconds")) + ")"
+                                               : std::string(" (the first call alone: past --rep-seconds)"))
+                                  << ", peak "
                                   << mib_str(bb::json_num(line, "peak_bytes")) << " MiB\n";
                     }
                 }
@@ -879,12 +1064,12 @@ int drive(const options& o, const char* argv0)
             }
         }
     }
-    return report(o, rows, threads_effective);
+    return report(o, rows);
 }
 
-int report(const options& o, const std::vector<row>& rows, int threads_effective)
+int report(const options& o, const std::vector<row>& rows)
 {
-    const std::string t = tables(o, rows, threads_effective);
+    const std::string t = tables(o, rows);
     (o.json ? std::cerr : std::cout) << "\n" << t;
     if (!o.md.empty()) std::ofstream(o.md) << t;
     if (!o.csv.empty()) write_csv(o.csv, rows);

@@ -106,6 +106,29 @@ inline std::string cpu_model()
     return "unknown";
 }
 
+/// The vector ISA extensions the kernels can branch on, as /proc/cpuinfo's
+/// "flags" line names them, in a fixed order ("avx2 fma ... avx512_bf16"):
+/// what a reader needs to tell a native bf16 run from an emulated one.
+inline std::string cpu_vector_flags()
+{
+    static const char* const wanted[] = {"sse4_2",      "avx",         "avx2",     "fma",      "f16c",
+                                         "avx512f",     "avx512bw",    "avx512vl", "avx512_vnni",
+                                         "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16"};
+    std::ifstream f("/proc/cpuinfo");
+    std::set<std::string> have;
+    for (std::string line; std::getline(f, line);) {
+        if (line.rfind("flags", 0) != 0) continue;
+        std::istringstream words(line.substr(line.find(':') + 1));
+        for (std::string w; words >> w;) have.insert(w);
+        break;
+    }
+    std::string out;
+    for (const char* w : wanted) {
+        if (have.count(w)) out += (out.empty() ? "" : " ") + std::string(w);
+    }
+    return out.empty() ? "none listed" : out;
+}
+
 /// The 1, 5 and 15 minute load averages, as written in /proc/loadavg.
 inline std::string load_average()
 {

@@ -4,16 +4,29 @@
 // sizes implied by the workload it reports (split count, longest split, sum
 // of squared lengths), and that the batched layers peak below naive padding.
 // It runs only the binary: the bench's workload code is the bench's own.
+// The timing protocol (the median, min and max of the warm calls, recomputed
+// here from the samples each row lists) and the header of the tables
+// (recomputed from /proc/cpuinfo, and carried through --replot) are checked
+// the same way.
 //
 // The binary's path comes from BIAFFINE_BENCH_MEMORY_EXE, defined by
 // bench/CMakeLists.txt when the benches are built; without it the test only
 // warns (a build with -DBIAFFINE_BUILD_BENCH=OFF has no binary to run).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #ifdef BIAFFINE_BENCH_MEMORY_EXE
 
@@ -59,6 +72,74 @@ std::string raw(const std::string& obj, const std::string& key)
 
 double num(const std::string& obj, const std::string& key) { return std::stod(raw(obj, key)); }
 
+// The warm calls' wall times a row lists in "seconds_reps".
+std::vector<double> samples(const std::string& obj)
+{
+    std::istringstream ss(raw(obj, "seconds_reps"));
+    std::vector<double> v;
+    for (double x; ss >> x;) v.push_back(x);
+    return v;
+}
+
+// The row's median, min and max recomputed from its samples: the same
+// numbers as printed (the samples and the summary are written alike, %.6g).
+// Without samples (reps 0) the first call's time stands for all three.
+void check_summary(const std::string& obj)
+{
+    INFO(obj);
+    std::vector<double> v = samples(obj);
+    REQUIRE(v.size() == static_cast<std::size_t>(num(obj, "reps")));
+    if (v.empty()) v.push_back(num(obj, "cold_seconds"));
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    const double median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    CHECK(num(obj, "seconds") == Approx(median).epsilon(1e-5));
+    CHECK(num(obj, "seconds_min") == Approx(v.front()).epsilon(1e-5));
+    CHECK(num(obj, "seconds_max") == Approx(v.back()).epsilon(1e-5));
+    CHECK(v.front() > 0);
+    CHECK(num(obj, "cold_seconds") > 0);
+    CHECK(num(obj, "gflops") == Approx(num(obj, "gflop") / num(obj, "seconds")).epsilon(1e-4));
+}
+
+std::string slurp(const std::string& path)
+{
+    std::ifstream f(path);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// The "model name" and the "flags" of the first CPU in /proc/cpuinfo.
+std::pair<std::string, std::set<std::string>> cpuinfo()
+{
+    std::ifstream f("/proc/cpuinfo");
+    std::string model;
+    std::set<std::string> flags;
+    for (std::string line; std::getline(f, line);) {
+        const auto colon = line.find(':');
+        if (colon == std::string::npos) continue;
+        std::string value = line.substr(colon + 1);
+        value.erase(0, value.find_first_not_of(" \t"));
+        if (line.rfind("model name", 0) == 0 && model.empty()) model = value;
+        if (line.rfind("flags", 0) == 0 && flags.empty()) {
+            std::istringstream ws(value);
+            for (std::string w; ws >> w;) flags.insert(w);
+        }
+    }
+    return {model, flags};
+}
+
+// A fresh directory for a test's files, removed with it.
+struct temp_dir {
+    std::string path;
+    temp_dir()
+    {
+        std::string t = "/tmp/test_bench_memory_XXXXXX";
+        REQUIRE(mkdtemp(t.data()) != nullptr);
+        path = t;
+    }
+    ~temp_dir() { std::filesystem::remove_all(path); }
+    std::string operator/(const std::string& name) const { return path + "/" + name; }
+};
+
 }  // namespace
 
 TEST_CASE("bench_memory --json: every configuration reports the required keys; batched peaks below naive",
@@ -71,7 +152,8 @@ TEST_CASE("bench_memory --json: every configuration reports the required keys; b
 
     const std::vector<std::string> required{"mode", "tokens", "labels", "threads", "train", "budget_bytes",
                                             "splits", "max_len", "sum_sq_lengths", "peak_bytes", "output_bytes", "heap_peak_bytes", "max_rss_bytes",
-                                            "seconds", "gflop"};
+                                            "seconds", "gflop", "seconds_min", "seconds_max", "seconds_reps", "reps",
+                                            "cold_seconds", "cpu", "cpu_flags", "build", "reps_requested"};
     std::map<std::string, std::string> by_mode;
     for (const auto& obj : r.json) {
         INFO(obj);
@@ -90,6 +172,11 @@ TEST_CASE("bench_memory --json: every configuration reports the required keys; b
         CHECK(num(obj, "max_rss_bytes") > 0);
         CHECK(num(obj, "peak_bytes") > 0);
         CHECK(num(obj, "heap_peak_bytes") > 0);
+        // The default protocol: 5 warm calls (a 2000-token run stays far
+        // below --rep-seconds' 15 s), summarised from their samples.
+        CHECK(num(obj, "reps_requested") == 5);
+        CHECK(num(obj, "reps") == 5);
+        check_summary(obj);
         by_mode[raw(obj, "mode")] = obj;
     }
     REQUIRE(by_mode.count("naive") == 1);
@@ -149,9 +236,10 @@ TEST_CASE("bench_memory: configurations over the --max-gb cap are skipped and sa
 
 TEST_CASE("bench_memory --precision fp32,bf16: bf16 outputs and streamed blocks take half the bytes", "[bench][bf16]")
 {
+    // One warm call per configuration: this test is about bytes, not time.
     for (const char* extra : {"", " --train"}) {
         const std::string args = std::string("--tokens 3000 --labels 1,3 --modes naive,batched,streaming,heads "
-                                             "--precision fp32,bf16 --json") + extra;
+                                             "--precision fp32,bf16 --reps 1 --json") + extra;
         const run_output r = run(args);
         INFO(args << "\n" << r.all);
         REQUIRE(r.status == 0);
@@ -195,6 +283,135 @@ TEST_CASE("bench_memory --precision fp32,bf16: bf16 outputs and streamed blocks 
             }
         }
     }
+}
+
+TEST_CASE("bench_memory --reps / --rep-seconds: the number of warm calls and their summary", "[bench]")
+{
+    SECTION("--reps 4: four samples")
+    {
+        const run_output r = run("--tokens 1000 --labels 1 --modes batched,streaming --reps 4 --json");
+        INFO(r.all);
+        REQUIRE(r.status == 0);
+        REQUIRE(r.json.size() == 2);
+        for (const auto& obj : r.json) {
+            CHECK(num(obj, "reps_requested") == 4);
+            CHECK(num(obj, "reps") == 4);
+            check_summary(obj);
+        }
+    }
+    // The one row of a batched run of 1000 tokens, o=1.
+    auto one_row = [](const std::string& flags) {
+        const run_output r = run("--tokens 1000 --labels 1 --modes batched --json " + flags);
+        INFO(flags << "\n" << r.all);
+        REQUIRE(r.status == 0);
+        REQUIRE(r.json.size() == 1);
+        return r.json[0];
+    };
+    SECTION("a --rep-seconds the first call passes alone: no warm call, the first call's time stands")
+    {
+        const std::string obj = one_row("--reps 4 --rep-seconds 1e-9");
+        INFO(obj);
+        CHECK(num(obj, "reps") == 0);
+        CHECK(raw(obj, "seconds_reps").empty());
+        CHECK(num(obj, "rep_seconds") == 1e-9);
+        check_summary(obj);
+        CHECK(num(obj, "seconds") == num(obj, "cold_seconds"));
+    }
+    SECTION("--rep-seconds 0: no limit")
+    {
+        const std::string obj = one_row("--reps 3 --rep-seconds 0");
+        INFO(obj);
+        CHECK(num(obj, "reps") == 3);
+        check_summary(obj);
+    }
+    SECTION("bad counts are refused")
+    {
+        for (const char* bad : {"--reps 0", "--reps -2", "--rep-seconds -1"}) {
+            INFO(bad);
+            const run_output r = run(std::string("--tokens 1000 --modes batched --json ") + bad);
+            CHECK(r.status != 0);
+            CHECK(r.json.empty());
+        }
+    }
+}
+
+TEST_CASE("bench_memory --replot: the same tables, CSV and plot, header included, from the JSON lines", "[bench]")
+{
+    const temp_dir dir;
+    const std::string jsonl = dir / "run.jsonl";
+    const run_output r = run("--tokens 2000 --labels 1 --modes batched,heads --precision fp32,bf16 --reps 3 --json --md \"" +
+                             (dir / "run.md") + "\" --csv \"" + (dir / "run.csv") + "\" --svg \"" + (dir / "run.svg") + "\"");
+    INFO(r.all);
+    REQUIRE(r.status == 0);
+    REQUIRE(r.json.size() == 4);
+    {
+        std::ofstream f(jsonl);
+        for (const auto& obj : r.json) f << obj << "\n";
+    }
+    const std::string md = slurp(dir / "run.md");
+
+    // The header names what the rows were measured on and how.
+    const auto [model, flags] = cpuinfo();
+    REQUIRE_FALSE(model.empty());
+    CHECK(md.find("CPU: " + model + " (vector ISA: ") != std::string::npos);
+    CHECK(md.find("threads 1;") != std::string::npos);
+    CHECK(md.find("median of 3 warm calls after the first") != std::string::npos);
+    for (const auto& obj : r.json) {
+        INFO(obj);
+        CHECK(raw(obj, "cpu") == model);
+        // Every listed ISA flag is one the CPU has; the ones every x86-64
+        // kernel of the library branches on are listed when present.
+        std::istringstream ws(raw(obj, "cpu_flags"));
+        for (std::string w; ws >> w;) CHECK(flags.count(w) == 1);
+        for (const char* w : {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16"}) {
+            CHECK((raw(obj, "cpu_flags").find(w) != std::string::npos) == (flags.count(w) == 1));
+        }
+    }
+    // The fp32 / bf16 time ratios are the ratios of the medians (wall, then CPU).
+    std::map<std::string, std::string> by;
+    for (const auto& obj : r.json) by[raw(obj, "mode") + " " + raw(obj, "precision")] = obj;
+    REQUIRE(by.size() == 4);
+    char ratio[96];
+    std::snprintf(ratio, sizeof(ratio), "| %.2fx | %.2fx |\n", num(by["batched fp32"], "seconds") / num(by["batched bf16"], "seconds"),
+                  num(by["batched fp32"], "cpu_seconds") / num(by["batched bf16"], "cpu_seconds"));
+    const auto precision_row = md.find("| 2k tokens, o=1, batched | 2.00x");
+    REQUIRE(precision_row != std::string::npos);
+    CHECK(md.substr(precision_row, md.find('\n', precision_row) - precision_row + 1).find(ratio) != std::string::npos);
+
+    // --replot renders the same files from the JSON lines.
+    const run_output again = run("--replot \"" + jsonl + "\" --md \"" + (dir / "re.md") + "\" --csv \"" +
+                                 (dir / "re.csv") + "\" --svg \"" + (dir / "re.svg") + "\"");
+    INFO(again.all);
+    REQUIRE(again.status == 0);
+    CHECK(slurp(dir / "re.md") == md);
+    CHECK(slurp(dir / "re.csv") == slurp(dir / "run.csv"));
+    CHECK(slurp(dir / "re.svg") == slurp(dir / "run.svg"));
+
+    // ... from the rows, not from the machine that re-renders them: another
+    // CPU, thread count and protocol in the lines are what the header names.
+    std::string edited;
+    for (std::string obj : r.json) {
+        for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+                 {"cpu", "\"Test CPU 9000\""}, {"threads", "2"}, {"reps_requested", "7"}}) {
+            const std::string pat = "\"" + key + "\": ";
+            const auto p = obj.find(pat) + pat.size();
+            obj.replace(p, obj.find_first_of(",}", p) - p, value);
+        }
+        edited += obj + "\n";
+    }
+    std::ofstream(dir / "edited.jsonl") << edited;
+    const run_output other = run("--replot \"" + (dir / "edited.jsonl") + "\" --md \"" + (dir / "edited.md") +
+                                 "\" --svg \"" + (dir / "edited.svg") + "\"");
+    INFO(other.all);
+    REQUIRE(other.status == 0);
+    const std::string md2 = slurp(dir / "edited.md");
+    CHECK(md2.find("CPU: Test CPU 9000 (vector ISA: ") != std::string::npos);
+    CHECK(md2.find("threads 2;") != std::string::npos);
+    CHECK(md2.find("median of 7 warm calls after the first") != std::string::npos);
+    const std::string svg2 = slurp(dir / "edited.svg");
+    CHECK(svg2.find("CPU: Test CPU 9000") != std::string::npos);
+    CHECK(svg2.find("threads 2;") != std::string::npos);
+    CHECK(svg2.find("median of 7 warm calls") != std::string::npos);
 }
 
 #else
