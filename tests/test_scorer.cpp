@@ -7,7 +7,9 @@
 #include <catch2/catch.hpp>
 
 #include <cstddef>
+#include <cstring>
 #include <iostream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -560,4 +562,124 @@ TEST_CASE("the per-split loops prefetch each later split once, before its turn",
         }
         for (std::size_t j = 0; j < count; ++j) CHECK(times[j] == (j == 0 || ahead == 0 ? 0 : 1));
     }
+}
+
+TEST_CASE("predict_stream_into writes every split where the caller's destination says, the bytes of predict_stream, "
+          "on every layer", "[scorer][stream]")
+{
+    // A counting destination hands out the caller's own block per split
+    // (filled with NaN first); the sink must view exactly that block, dense,
+    // so the library wrote the scores there and nothing was copied out of a
+    // block of its own. Each layer's bytes are checked against its own
+    // predict_stream (the golden-checked path), full scores and labels at
+    // heads, an empty split among them, two threads over several batches.
+    scorer_config cfg;
+    cfg.n_in = 6;
+    cfg.hidden = 8;
+    cfg.labels = 3;
+    biaffine_scorer<float> s(cfg);
+    s.initialize(5);
+    const std::vector<std::vector<std::size_t>> lens{{10, 0, 15}, {40}, {7, 6}};
+    std::mt19937 gen(17);
+    std::normal_distribution<float> normal;
+    std::vector<xt::xtensor<float, 2>> docs;
+    std::vector<std::vector<int>> heads;
+    std::size_t count = 0;
+    for (const auto& l : lens) {
+        std::size_t rows = 0;
+        heads.emplace_back();
+        for (std::size_t n : l) {
+            for (std::size_t m = 0; m < n; ++m) heads.back().push_back(static_cast<int>((m * 7 + 3) % n));
+            rows += n;
+            ++count;
+        }
+        xt::xtensor<float, 2> d = xt::xtensor<float, 2>::from_shape({rows, cfg.n_in});
+        for (auto& x : d) x = normal(gen);
+        docs.push_back(std::move(d));
+    }
+    const std::size_t o = cfg.labels;
+    // Bytes of one view, row by row (the stream's views may be strided).
+    const auto bytes_of = [&](const float* p, std::size_t rows, std::size_t row_len, std::ptrdiff_t stride) {
+        std::vector<unsigned char> b(rows * row_len * sizeof(float));
+        for (std::size_t r = 0; r < rows; ++r) std::memcpy(b.data() + r * row_len * sizeof(float), p + r * stride, row_len * sizeof(float));
+        return b;
+    };
+    // run(want_heads, dest, sink) streams with the given layer; `label` names it.
+    const auto check = [&](const std::string& label, auto&& stream, auto&& stream_into) {
+        for (bool want_heads : {false, true}) {
+            INFO(label << (want_heads ? ", labels at heads" : ", full scores"));
+            std::vector<std::vector<unsigned char>> want(count);
+            std::vector<std::vector<float>> blocks(count);
+            std::vector<int> dest_calls(count, 0), sink_calls(count, 0);
+            stream(want_heads, [&](std::size_t k, const float* p, std::size_t n, std::ptrdiff_t stride) {
+                REQUIRE(k < count);
+                want[k] = bytes_of(p, n, want_heads ? o : n * o, stride);
+            });
+            stream_into(
+                want_heads,
+                [&](std::size_t k, std::size_t n) {
+                    REQUIRE(k < count);
+                    ++dest_calls[k];
+                    blocks[k].assign(want_heads ? n * o : n * n * o, std::numeric_limits<float>::quiet_NaN());
+                    return blocks[k].data();
+                },
+                [&](std::size_t k, const float* p, std::size_t n, std::ptrdiff_t stride) {
+                    REQUIRE(k < count);
+                    ++sink_calls[k];
+                    CHECK(p == blocks[k].data());
+                    CHECK(stride == static_cast<std::ptrdiff_t>(want_heads ? o : n * o));
+                    CHECK(bytes_of(blocks[k].data(), n, want_heads ? o : n * o, stride) == want[k]);
+                });
+            for (std::size_t k = 0; k < count; ++k) {
+                INFO("split " << k);
+                CHECK(dest_calls[k] == 1);
+                CHECK(sink_calls[k] == 1);
+            }
+        }
+    };
+    // A layer over with_splits: (docs, lengths[, heads], [dest,] sink).
+    const auto check_pipeline = [&](const std::string& label, const auto& pipe) {
+        const auto full = [](auto&& sink) {
+            return [&sink](std::size_t k, std::size_t, score_view<const float> v) { sink(k, v.data, v.n, v.row_stride); };
+        };
+        const auto at_heads = [](auto&& sink) {
+            return [&sink](std::size_t k, std::size_t, seq_view<const float> v) {
+                sink(k, v.data, v.rows, v.row_stride);
+            };
+        };
+        check(
+            label,
+            [&](bool h, auto&& sink) {
+                if (h) {
+                    pipe.predict_heads_stream(docs, lens, heads, at_heads(sink));
+                } else {
+                    pipe.predict_stream(docs, lens, full(sink));
+                }
+            },
+            [&](bool h, auto&& dest, auto&& sink) {
+                const auto d = [&dest](std::size_t k, std::size_t, std::size_t n) { return dest(k, n); };
+                if (h) {
+                    pipe.predict_heads_stream_into(docs, lens, heads, d, at_heads(sink));
+                } else {
+                    pipe.predict_stream_into(docs, lens, d, full(sink));
+                }
+            });
+    };
+    check_pipeline("with_splits(scorer)", with_splits(s));
+    check_pipeline("with_pad_seq_unpad_matrix", with_splits(with_pad_seq_unpad_matrix(s)));
+    batch_options two;
+    two.threads = 2;
+    const auto small = budget::items(12);
+    check_pipeline("with_minibatch_by_padded_size, 2 threads", with_splits(with_minibatch_by_padded_size(s, small, two)));
+    check_pipeline("with_minibatch_by_padded_size(with_pad_seq_unpad_matrix), 2 threads",
+                   with_splits(with_minibatch_by_padded_size(with_pad_seq_unpad_matrix(s), small, two)));
+
+    // The scorer's own call refuses a null destination for a split with tokens.
+    std::vector<seq_view<const float>> items{seq_view<const float>{docs[2].data(), 7, cfg.n_in,
+                                                                   static_cast<std::ptrdiff_t>(cfg.n_in), 1}};
+    int sunk = 0;
+    CHECK_THROWS_WITH(s.predict_stream_into(items, [](std::size_t, std::size_t) { return static_cast<float*>(nullptr); },
+                                            [&](std::size_t, score_view<const float>) { ++sunk; }),
+                      Catch::Contains("destination given for split 0 (7 tokens) is null"));
+    CHECK(sunk == 0);
 }

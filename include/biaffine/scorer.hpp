@@ -418,6 +418,16 @@ public:
     template <class Items, class Sink>
     void predict_stream(const Items& X, Sink&& sink) const;
 
+    /// Streaming into the caller's memory: `dest(k, n)` returns where split
+    /// k's `[n, n(, o)]` scores go (an `Out*` to n*n*o elements, written
+    /// dense in C order), called just before they are written; then
+    /// `sink(k, score_view<const Out>)` views them there. No block of the
+    /// scorer's own holds them (predict_stream is this with one split of
+    /// scratch); what dest hands out is the caller's, outside the workspace
+    /// and the budget. A null destination for a non-empty split throws error.
+    template <class Items, class Dest, class Sink>
+    void predict_stream_into(const Items& X, Dest&& dest, Sink&& sink) const;
+
     /// Training (or eval-mode) forward over a split list: the scores and a
     /// callback that, given per-split score gradients, writes per-split input
     /// gradients and accumulates every parameter gradient. The splits' data
@@ -456,6 +466,12 @@ public:
     /// the view lives only during the call.
     template <class Items, class Heads, class Sink>
     void predict_heads_stream(const Items& X, const Heads& H, Sink&& sink) const;
+
+    /// Streaming into the caller's memory, as predict_stream_into: `dest(k,
+    /// n)` returns an `Out*` to n*o elements for split k's `[n, o]`, then
+    /// `sink(k, seq_view<const Out>)` views them there.
+    template <class Items, class Heads, class Dest, class Sink>
+    void predict_heads_stream_into(const Items& X, const Heads& H, Dest&& dest, Sink&& sink) const;
 
     /// Training (or eval-mode) forward of labels at given heads: `[n_k, o]`
     /// per split and a callback taking per-split `[n, o]` gradients (views),
@@ -639,6 +655,8 @@ private:
     std::size_t kept_output_offset(const saved_batch& sb, std::size_t k) const noexcept;
     template <class Kind, class Items, class Heads, class Dest, class Done>
     void predict_into(const Items& X, const Heads& H, Dest&& dest, Done&& done) const;
+    template <class Kind, class Items, class Heads, class Dest, class Sink>
+    void stream_into(const Items& X, const Heads& H, Dest&& dest, Sink&& sink) const;
     template <class Kind, class Items, class Heads, class Dest, class Done>
     void predict_compute(const Items& X, const Heads& H, Dest&& dest, Done&& done) const;
     template <class Kind, class Items, class Heads, class Dest, class Done>

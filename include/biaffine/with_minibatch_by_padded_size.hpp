@@ -211,14 +211,25 @@ public:
     template <class Items, class Sink>
     void predict_stream(const Items& X, Sink&& sink) const
     {
-        std::mutex sink_mutex;  // the sink is never called concurrently
-        run<false>(X, mode::eval, opts_.threads, /*reserve=*/true, /*kept=*/0,
-            [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t, auto&& my_turn) {
-                bool turn_taken = false;
-                inner_.predict_stream(items, [&](std::size_t j, score_view<const O> s) {
-                    deliver(turn_taken, my_turn, sink_mutex, [&] { sink(index[j], s); });
-                });
-            });
+        stream_batches<false>(X, [&](const auto& items, span<const std::size_t> index, auto&&, auto&& give) {
+            inner_.predict_stream(items, [&](std::size_t j, score_view<const O> s) { give([&] { sink(index[j], s); }); });
+        });
+    }
+
+    /// Streaming into the caller's memory (the inner layer's
+    /// predict_stream_into): `dest(k, n)` gives an `O*` to n*n*o elements
+    /// for split k, `sink(k, view)` then views them there. dest is called
+    /// as the split is computed, so with threads > 1 possibly for a later
+    /// batch's split before an earlier batch's sink calls; dest and sink
+    /// calls are serialised together unless `options().concurrent_sink`.
+    template <class Items, class Dest, class Sink>
+    void predict_stream_into(const Items& X, Dest&& dest, Sink&& sink) const
+    {
+        stream_batches<false>(X, [&](const auto& items, span<const std::size_t> index, auto&& place, auto&& give) {
+            inner_.predict_stream_into(
+                items, [&](std::size_t j, std::size_t n) { return place([&] { return dest(index[j], n); }); },
+                [&](std::size_t j, score_view<const O> s) { give([&] { sink(index[j], s); }); });
+        });
     }
 
     /// Forward over all splits, batch by batch; the callback runs each
@@ -267,16 +278,25 @@ public:
     {
         static_assert(check_heads_layer<inner_type>());
         check_split_heads(X, H);
-        std::mutex sink_mutex;
-        run<true>(X, mode::eval, opts_.threads, /*reserve=*/true, /*kept=*/0,
-                  [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t,
-                      auto&& my_turn) {
-                      bool turn_taken = false;
-                      inner_.predict_heads_stream(
-                          items, detail::indexed_heads<Heads>{&H, index}, [&](std::size_t j, seq_view<const O> y) {
-                              deliver(turn_taken, my_turn, sink_mutex, [&] { sink(index[j], y); });
-                          });
-                  });
+        stream_batches<true>(X, [&](const auto& items, span<const std::size_t> index, auto&&, auto&& give) {
+            inner_.predict_heads_stream(items, detail::indexed_heads<Heads>{&H, index},
+                                        [&](std::size_t j, seq_view<const O> y) { give([&] { sink(index[j], y); }); });
+        });
+    }
+
+    /// Streaming labels at given heads into the caller's memory: `dest(k,
+    /// n)` gives an `O*` to n*o elements (see predict_stream_into).
+    template <class Items, class Heads, class Dest, class Sink>
+    void predict_heads_stream_into(const Items& X, const Heads& H, Dest&& dest, Sink&& sink) const
+    {
+        static_assert(check_heads_layer<inner_type>());
+        check_split_heads(X, H);
+        stream_batches<true>(X, [&](const auto& items, span<const std::size_t> index, auto&& place, auto&& give) {
+            inner_.predict_heads_stream_into(
+                items, detail::indexed_heads<Heads>{&H, index},
+                [&](std::size_t j, std::size_t n) { return place([&] { return dest(index[j], n); }); },
+                [&](std::size_t j, seq_view<const O> y) { give([&] { sink(index[j], y); }); });
+        });
     }
 
     /// Training forward of labels at given heads, batch by batch (as forward).
@@ -318,22 +338,32 @@ private:
                             [](std::size_t k) { return detail::msg("split ", k); });
     }
 
-    // A streaming batch's delivery: waits for its turn once (outside the
-    // sink lock: the batch whose turn it is needs it), then calls `give`,
-    // serialised unless concurrent_sink.
-    template <class MyTurn, class Give>
-    void deliver(bool& turn_taken, MyTurn&& my_turn, std::mutex& sink_mutex, Give&& give) const
+    // The streams: `call(items, index, place, give)` runs one batch, where
+    // place(f) returns f() (a destination), serialised with the sink
+    // calls, and give(f) delivers: it waits for the batch's turn once
+    // (outside the sink lock: the batch whose turn it is needs it), then
+    // calls f, serialised unless concurrent_sink.
+    template <bool Heads, class Items, class Call>
+    void stream_batches(const Items& X, Call&& call) const
     {
-        if (!turn_taken) {
-            if (!my_turn()) throw detail::delivery_cancelled{};
-            turn_taken = true;
-        }
-        if (opts_.concurrent_sink) {
-            give();
-        } else {
+        std::mutex sink_mutex;
+        const auto serialised = [&](auto&& f) -> decltype(f()) {
+            if (opts_.concurrent_sink) return f();
             std::lock_guard<std::mutex> lock(sink_mutex);
-            give();
-        }
+            return f();
+        };
+        run<Heads>(X, mode::eval, opts_.threads, /*reserve=*/true, /*kept=*/0,
+                   [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t,
+                       auto&& my_turn) {
+                       bool turn_taken = false;
+                       call(items, index, serialised, [&](auto&& f) {
+                           if (!turn_taken) {
+                               if (!my_turn()) throw detail::delivery_cancelled{};
+                               turn_taken = true;
+                           }
+                           serialised(f);
+                       });
+                   });
     }
 
     // forward() and forward_heads(): `call(items, input_indices, m)` runs one

@@ -94,6 +94,15 @@ public:
         predict_stream_kind<detail::full_scores_kind>(X, detail::no_heads{}, std::forward<Sink>(sink));
     }
 
+    /// Streaming into the caller's memory (as biaffine_scorer's): each
+    /// split's scores are unpadded into `dest(k, n)` (an `O*` to n*n*o
+    /// elements, dense), then `sink(k, view)` views them there.
+    template <class Items, class Dest, class Sink>
+    void predict_stream_into(const Items& X, Dest&& dest, Sink&& sink) const
+    {
+        unpad_stream_into<detail::full_scores_kind>(X, detail::no_heads{}, dest, sink);
+    }
+
     /// Forward through the padded inner layer; the callback pads the score
     /// gradients and unpads the input gradients.
     template <class Items>
@@ -138,6 +147,15 @@ public:
     {
         static_assert(check_padded_heads_layer<inner_type>());
         predict_stream_kind<detail::labels_at_heads_kind>(X, H, std::forward<Sink>(sink));
+    }
+
+    /// Streaming labels at given heads into the caller's memory: `dest(k,
+    /// n)` gives an `O*` to n*o elements (see predict_stream_into).
+    template <class Items, class Heads, class Dest, class Sink>
+    void predict_heads_stream_into(const Items& X, const Heads& H, Dest&& dest, Sink&& sink) const
+    {
+        static_assert(check_padded_heads_layer<inner_type>());
+        unpad_stream_into<detail::labels_at_heads_kind>(X, H, dest, sink);
     }
 
     /// Forward of labels at given heads through the padded inner layer; the
@@ -218,6 +236,20 @@ private:
                                   }
                               });
         for (std::size_t k = 0; k < count; ++k) sink(k, Kind::padded(y.data(), k, X[k].rows, L, o));
+    }
+
+    // The padded output of a stream unpadded into the caller's `dest(k, n)`.
+    template <class Kind, class Items, class Heads, class Dest, class Sink>
+    void unpad_stream_into(const Items& X, const Heads& H, Dest&& dest, Sink&& sink) const
+    {
+        const std::size_t o = inner_.labels();
+        predict_stream_kind<Kind>(X, H, [&](std::size_t k, typename Kind::template view<const O> y) {
+            const std::size_t n = X[k].rows;
+            const auto d = detail::caller_destination<Kind>("with_pad_seq_unpad_matrix stream",
+                                                            static_cast<O*>(dest(k, n)), k, n, o);
+            Kind::assign(d, y);
+            sink(k, Kind::read_only(d));
+        });
     }
 
     template <class Kind, class Items, class Heads>

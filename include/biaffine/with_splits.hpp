@@ -196,6 +196,20 @@ public:
         inner_.predict_stream(p.sequence(split_lengths), [&](std::size_t k, score_view<const O> s) { sink(k, p.document_of(k), s); });
     }
 
+    /// Streaming into the caller's memory: `dest(split_index, doc_index,
+    /// n)` returns where the split's `[n, n(, o)]` scores go (an `O*` to
+    /// n*n*o elements, written dense in C order) just before they are
+    /// written, then `sink(split_index, doc_index, view)` views them there
+    /// (see biaffine_scorer::predict_stream_into). The memory is the caller's.
+    template <class Docs, class Lengths, class Dest, class Sink>
+    void predict_stream_into(const Docs& docs, const Lengths& split_lengths, Dest&& dest, Sink&& sink) const
+    {
+        prepared p = prepare(docs, split_lengths);
+        inner_.predict_stream_into(
+            p.sequence(split_lengths), [&](std::size_t k, std::size_t n) { return dest(k, p.document_of(k), n); },
+            [&](std::size_t k, score_view<const O> s) { sink(k, p.document_of(k), s); });
+    }
+
     /// Training forward: the per-split scores and a callback that takes
     /// per-split gradients (a range of `[n, n(, o)]` arrays, or views) and
     /// returns per-document `dX`. Documents must outlive the callback.
@@ -240,6 +254,21 @@ public:
         const auto lists = split_heads(p, split_lengths, heads);
         inner_.predict_heads_stream(p.sequence(split_lengths, heads_bytes(lists)), span_of(lists),
                                     [&](std::size_t k, seq_view<const O> y) { sink(k, p.document_of(k), y); });
+    }
+
+    /// Streaming labels at given heads into the caller's memory: `dest(split_index,
+    /// doc_index, n)` gives an `O*` to n*o elements (see predict_stream_into).
+    template <class Docs, class Lengths, class Heads, class Dest, class Sink>
+    void predict_heads_stream_into(const Docs& docs, const Lengths& split_lengths, const Heads& heads, Dest&& dest,
+                                   Sink&& sink) const
+    {
+        static_assert(check_heads_layer<inner_type>());
+        prepared p = prepare(docs, split_lengths);
+        const auto lists = split_heads(p, split_lengths, heads);
+        inner_.predict_heads_stream_into(
+            p.sequence(split_lengths, heads_bytes(lists)), span_of(lists),
+            [&](std::size_t k, std::size_t n) { return dest(k, p.document_of(k), n); },
+            [&](std::size_t k, seq_view<const O> y) { sink(k, p.document_of(k), y); });
     }
 
     /// Training forward of labels at given heads: `[n, o]` per split and a

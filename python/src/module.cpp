@@ -17,6 +17,7 @@
 
 #include "build_info.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
@@ -28,6 +29,7 @@
 #include <new>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -668,90 +670,84 @@ py::list predict(py::object self, const py::handle& docs, const py::handle& leng
     return adopt_scores(Y);
 }
 
-// The Python-owned block a stream's callback is handed. Library memory is
-// never handed out: a stream's scores live in scratch carved from the
-// batch's workspace, overwritten by the next split and freed with the batch,
-// and numpy cannot move a kept array (nor its slices or memoryviews) to a
-// copy afterwards. So each split is copied once into this block (one pass
-// over it, beside the O(n^2 h) work that made it). While the callback keeps
-// nothing the block is reused for the next split; a block it kept (the
-// array, a slice, a memoryview: each holds `array` through numpy's base
-// chain) stays the caller's and the next split gets a fresh one. numpy
-// allocates it, outside the tracker and the budget.
+// The Python-owned blocks a stream's callback is handed. Library memory is
+// never handed out (a stream's own scratch is overwritten by the next split
+// and freed with the batch, and numpy cannot move a kept array, nor its
+// slices or memoryviews, to a copy afterwards), so the stream writes each
+// split straight into a numpy block given as its destination
+// (predict_stream_into): no copy. While the callback keeps nothing the block
+// goes back to `free` and a later split that fits reuses it; a block still
+// referenced after the callback (the array, a slice, a memoryview: each
+// holds it through numpy's base chain) stays the caller's, and a later split
+// gets a fresh one. With threads > 1 each batch in flight writes into its
+// own (`pending`, by split). numpy allocates them, outside the tracker and
+// the budget. Touched with the GIL held only.
 template <class T>
-struct stream_block {
-    py::object array;  // 1-d, owns its data
-    T* data = nullptr;
-    std::size_t capacity = 0;
-};
-
-// Copies a strided [shape] block of T (byte strides) to dst, C order.
-template <class T>
-void copy_block(T* dst, const T* src, const std::vector<py::ssize_t>& shape, const std::vector<py::ssize_t>& strides)
-{
-    const std::size_t nd = shape.size();
-    // The trailing dimensions that are contiguous go in one memcpy.
-    std::size_t inner = 1, k = nd;
-    while (k > 0 && strides[k - 1] == static_cast<py::ssize_t>(inner * sizeof(T))) {
-        inner *= static_cast<std::size_t>(shape[k - 1]);
-        --k;
-    }
-    std::vector<py::ssize_t> at(k, 0);
-    for (;;) {
-        const char* p = reinterpret_cast<const char*>(src);
-        for (std::size_t d = 0; d < k; ++d) p += at[d] * strides[d];
-        if (k == nd) {
-            *dst++ = *reinterpret_cast<const T*>(p);
-        } else {
-            std::memcpy(dst, p, inner * sizeof(T));
-            dst += inner;
+class stream_blocks {
+public:
+    // Split `split`'s destination: `count` elements (null for none).
+    T* take(std::size_t split, std::size_t count)
+    {
+        if (count == 0) return nullptr;
+        auto fit = std::find_if(free_.begin(), free_.end(), [&](const block& b) { return b.capacity >= count; });
+        if (fit == free_.end()) {
+            if (!free_.empty()) free_.pop_back();  // an unkept smaller one goes now
+            py::array_t<T> a(static_cast<py::ssize_t>(count));
+            T* data = a.mutable_data();
+            free_.push_back(block{std::move(a), data, count});
+            fit = free_.end() - 1;
         }
-        std::size_t d = k;
-        while (d > 0 && ++at[d - 1] == shape[d - 1]) at[--d] = 0;
-        if (d == 0) return;
+        pending_.emplace_back(split, std::move(*fit));
+        free_.erase(fit);
+        return pending_.back().second.data;
     }
-}
 
-// Calls `callback(split, doc, scores)` with a read-only copy of the C++
-// block in `block` (see stream_block); the GIL is taken for the call alone.
-template <class T>
-void call_with_view(const py::function& callback, stream_block<T>& block, std::size_t split, std::size_t doc,
-                    const T* data, const std::vector<py::ssize_t>& shape, const std::vector<py::ssize_t>& strides)
-{
-    std::size_t count = 1;
-    for (auto e : shape) count *= static_cast<std::size_t>(e);
-    if (count != 0) {
-        {
-            py::gil_scoped_acquire acquire;
-            if (block.capacity < count) {
-                block = stream_block<T>{};  // an unkept smaller one goes now
-                py::array_t<T> a(static_cast<py::ssize_t>(count));
-                block.data = a.mutable_data();
-                block.capacity = count;
-                block.array = std::move(a);
+    // Calls `callback(split, doc, scores)` with a read-only array over the
+    // block the library wrote split `split` into, `data` [shape] (byte
+    // strides); the block is reused after only if nothing else holds it.
+    void call(const py::function& callback, std::size_t split, std::size_t doc, const T* data,
+              const std::vector<py::ssize_t>& shape, const std::vector<py::ssize_t>& strides)
+    {
+        std::size_t count = 1;
+        for (auto e : shape) count *= static_cast<std::size_t>(e);
+        block b;
+        if (count != 0) {
+            auto it = std::find_if(pending_.begin(), pending_.end(), [&](const auto& p) { return p.first == split; });
+            // A view outside the block would hand library memory to Python.
+            if (it == pending_.end() || it->second.data != data) {
+                throw std::logic_error("biaffine stream: split " + std::to_string(split) +
+                                       " was not written into the block given for it");
             }
+            b = std::move(it->second);
+            pending_.erase(it);
         }
-        copy_block(block.data, data, shape, strides);
-    }
-    py::gil_scoped_acquire acquire;
-    py::object view = count == 0 ? py::array(py::array_t<T>(shape))
-                                 : py::array(py::dtype::of<T>(), shape, std::vector<py::ssize_t>{}, block.data,
-                                             block.array);
-    view.attr("setflags")(py::arg("write") = false);
-    // Whatever the callback does (returns, raises with the array in its
-    // traceback's frames), a block still referenced is not reused.
-    const auto release = [&] {
-        view = py::object();
-        if (count != 0 && block.array.ref_count() > 1) block = stream_block<T>{};
-    };
-    try {
-        callback(split, doc, view);
-    } catch (...) {
+        py::object view = count == 0 ? py::array(py::array_t<T>(shape))
+                                     : py::array(py::dtype::of<T>(), shape, strides, data, b.array);
+        view.attr("setflags")(py::arg("write") = false);
+        // Whatever the callback does (returns, raises with the array in its
+        // traceback's frames), a block still referenced is not reused.
+        const auto release = [&] {
+            view = py::object();
+            if (count != 0 && b.array.ref_count() == 1) free_.push_back(std::move(b));
+        };
+        try {
+            callback(split, doc, view);
+        } catch (...) {
+            release();
+            throw;
+        }
         release();
-        throw;
     }
-    release();
-}
+
+private:
+    struct block {
+        py::object array;  // 1-d, owns its data
+        T* data = nullptr;
+        std::size_t capacity = 0;
+    };
+    std::vector<block> free_;
+    std::vector<std::pair<std::size_t, block>> pending_;
+};
 
 // A stream's callback: called as callback(split_index, doc_index, scores).
 // Checked before any work where inspect can read its signature (passing
@@ -790,7 +786,11 @@ void predict_stream(py::object self, const py::handle& docs, const py::handle& l
     const py::function callback = read_callback(callback_obj, "predict_stream");
     call_args<T> a("predict_stream", docs, lengths, nullptr, budget, threads, buffer, oversize, pad);
     const std::size_t labels = s.labels();
-    stream_block<T> block;  // released with the GIL held: declared before `release`
+    stream_blocks<T> blocks;  // released with the GIL held: declared before `release`
+    auto dest = [&](std::size_t split, std::size_t, std::size_t n) {
+        py::gil_scoped_acquire acquire;
+        return blocks.take(split, n * n * labels);
+    };
     auto sink = [&](std::size_t split, std::size_t doc, biaffine::score_view<const T> v) {
         std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(v.n), static_cast<py::ssize_t>(v.n)};
         std::vector<py::ssize_t> strides{static_cast<py::ssize_t>(v.row_stride * sizeof(T)),
@@ -799,11 +799,12 @@ void predict_stream(py::object self, const py::handle& docs, const py::handle& l
             shape.push_back(static_cast<py::ssize_t>(labels));
             strides.push_back(sizeof(T));
         }
-        call_with_view<T>(callback, block, split, doc, v.data, shape, strides);
+        py::gil_scoped_acquire acquire;
+        blocks.call(callback, split, doc, v.data, shape, strides);
     };
     py::gil_scoped_release release;
     with_model(s, a.o, [&](auto& m) {
-        m->predict_stream(a.dv.maps, a.ls, sink);
+        m->predict_stream_into(a.dv.maps, a.ls, dest, sink);
         return 0;
     });
 }
@@ -835,16 +836,21 @@ void predict_heads_stream(py::object self, const py::handle& docs, const py::han
     auto& s = called_scorer<T>(self);
     const py::function callback = read_callback(callback_obj, "predict_heads_stream");
     call_args<T> a("predict_heads_stream", docs, lengths, &heads, budget, threads, buffer, oversize, pad);
-    stream_block<T> block;  // released with the GIL held: declared before `release`
+    const std::size_t labels = s.labels();
+    stream_blocks<T> blocks;  // released with the GIL held: declared before `release`
+    auto dest = [&](std::size_t split, std::size_t, std::size_t n) {
+        py::gil_scoped_acquire acquire;
+        return blocks.take(split, n * labels);
+    };
     auto sink = [&](std::size_t split, std::size_t doc, biaffine::seq_view<const T> v) {
-        call_with_view<T>(callback, block, split, doc, v.data,
-                          {static_cast<py::ssize_t>(v.rows), static_cast<py::ssize_t>(v.cols)},
-                          {static_cast<py::ssize_t>(v.row_stride * sizeof(T)),
-                           static_cast<py::ssize_t>(v.col_stride * sizeof(T))});
+        py::gil_scoped_acquire acquire;
+        blocks.call(callback, split, doc, v.data, {static_cast<py::ssize_t>(v.rows), static_cast<py::ssize_t>(v.cols)},
+                    {static_cast<py::ssize_t>(v.row_stride * sizeof(T)),
+                     static_cast<py::ssize_t>(v.col_stride * sizeof(T))});
     };
     py::gil_scoped_release release;
     with_model(s, a.o, [&](auto& m) {
-        m->predict_heads_stream(a.dv.maps, a.ls, a.hs, sink);
+        m->predict_heads_stream_into(a.dv.maps, a.ls, a.hs, dest, sink);
         return 0;
     });
 }

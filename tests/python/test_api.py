@@ -549,6 +549,49 @@ def test_stream_blocks_kept_before_the_callback_raised_stay_valid(heads):
     assert len(in_frame) == 1 and np.array_equal(in_frame[0], seen[3])
 
 
+@pytest.mark.parametrize("heads,pad,budget", [(False, False, None), (True, False, None), (False, True, 3000),
+                                               (True, True, None), (False, False, 3000)])
+def test_stream_writes_in_place_into_one_reused_block_when_nothing_is_kept(heads, pad, budget):
+    # Zero copy: the library writes each split straight into the numpy block
+    # the callback is handed (tests/test_scorer.cpp checks predict_stream_into
+    # writes where its destination says). With one thread and a callback
+    # that keeps nothing, a split gets the block of the split before unless
+    # it is larger than every one before (the block then grows).
+    s, docs, lengths = _stream_case(3)
+    hs = [np.zeros(60, np.int64), np.arange(1520) % 20]
+    want = s.predict_heads(docs, lengths, hs) if heads else s.predict(docs, lengths)
+    got = []
+
+    def cb(k, d, scores):
+        base = scores.base
+        assert base.ndim == 1 and base.flags["OWNDATA"] and not scores.flags["WRITEABLE"]
+        got.append((k, scores.size, scores.__array_interface__["data"][0], base.__array_interface__["data"][0]))
+        np.testing.assert_allclose(scores, want[k], rtol=1e-5, atol=1e-6, err_msg=f"split {k}")
+
+    run = dict(budget=None if budget is None else biaffine.budget.items(budget), threads=1, pad_seq_unpad_matrix=pad)
+    gc.collect()
+    base_bytes = biaffine.memory_stats()["current_bytes"]
+    biaffine.reset_peak()
+    if heads:
+        s.predict_heads_stream(docs, lengths, hs, cb, **run)
+    else:
+        s.predict_stream(docs, lengths, cb, **run)
+    peak = biaffine.memory_stats()["peak_bytes"] - base_bytes
+    assert sorted(k for k, *_ in got) == list(range(5))
+    largest = 0
+    for i, (k, size, addr, block) in enumerate(got):
+        assert addr == block, k  # the array is the block's memory from its first byte
+        if i > 0:
+            assert (addr == got[i - 1][2]) == (size <= largest), (k, size, largest)
+        largest = max(largest, size)
+    assert len({addr for _, _, addr, _ in got}) < 5
+    if not heads and not pad and budget is None:
+        # The 1500-token split's [n, n, 3] scores were never in library
+        # memory. (Under a budget the batch reserves its planned cost, which
+        # still counts one split of stream scratch: the same peak as before.)
+        assert peak < 1500 * 1500 * 3 * 4, peak
+
+
 def test_stream_kept_blocks_are_outside_the_tracker():
     # Kept blocks are the caller's memory (numpy's): a stream's tracked
     # peak is the same whether its callback keeps every block or none, and

@@ -306,5 +306,17 @@ void check_kind_heads(const char* who, const Items& X, const Heads& H)
     }
 }
 
+/// The dense view of split k's output at `p`, a destination the caller of a
+/// stream handed out (predict_stream_into): null is refused for a split with
+/// anything to write; `who` names the call.
+template <class Kind, class T>
+typename Kind::template view<T> caller_destination(const char* who, T* p, std::size_t k, std::size_t n, std::size_t o)
+{
+    if (p == nullptr && n != 0) {
+        throw error(msg(who, ": the destination given for split ", k, " (", n, " tokens) is null"));
+    }
+    return Kind::dense(p, n, o);
+}
+
 }  // namespace detail
 BIAFFINE_NAMESPACE_END

@@ -57,11 +57,15 @@ template <class Items, class Sink>
 void biaffine_scorer<T, Backend, Out>::predict_stream(const Items& X, Sink&& sink) const
 {
     const std::size_t max_n = detail::max_item_rows(X);
-    const std::size_t o = cfg_.labels;
-    scratch<Out> s(detail::to_index_size(detail::checked_product("stream", max_n, max_n, o), "stream"));
-    predict_into<detail::full_scores_kind>(
-        X, detail::no_heads{}, [&](std::size_t, std::size_t n) { return score_view<Out>{s.data(), n, o, static_cast<std::ptrdiff_t>(n * o)}; },
-        [&](std::size_t k, score_view<Out> y) { sink(k, score_view<const Out>{y.data, y.n, y.labels, y.row_stride}); });
+    scratch<Out> s(detail::to_index_size(detail::checked_product("stream", max_n, max_n, cfg_.labels), "stream"));
+    predict_stream_into(X, [&](std::size_t, std::size_t) { return s.data(); }, sink);
+}
+
+template <class T, class Backend, class Out>
+template <class Items, class Dest, class Sink>
+void biaffine_scorer<T, Backend, Out>::predict_stream_into(const Items& X, Dest&& dest, Sink&& sink) const
+{
+    stream_into<detail::full_scores_kind>(X, detail::no_heads{}, dest, sink);
 }
 
 template <class T, class Backend, class Out>
@@ -77,6 +81,21 @@ biaffine_scorer<T, Backend, Out>::forward(const Items& X, mode m)
 }
 
 // ---------------------------------------------------------------- helpers
+
+// The streams of either kind: split k's output goes where `dest(k, n)`
+// says, then `sink(k, view)` reads it there.
+template <class T, class Backend, class Out>
+template <class Kind, class Items, class Heads, class Dest, class Sink>
+void biaffine_scorer<T, Backend, Out>::stream_into(const Items& X, const Heads& H, Dest&& dest, Sink&& sink) const
+{
+    const std::size_t o = cfg_.labels;
+    predict_into<Kind>(
+        X, H,
+        [&](std::size_t k, std::size_t n) {
+            return detail::caller_destination<Kind>("scorer stream", static_cast<Out*>(dest(k, n)), k, n, o);
+        },
+        [&](std::size_t k, typename Kind::template view<Out> y) { sink(k, Kind::read_only(y)); });
+}
 
 // One split's `[n, n(, o)]` output; its size is checked before xtensor
 // multiplies the shape out unchecked.

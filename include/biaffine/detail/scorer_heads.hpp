@@ -46,12 +46,16 @@ template <class T, class Backend, class Out>
 template <class Items, class Heads, class Sink>
 void biaffine_scorer<T, Backend, Out>::predict_heads_stream(const Items& X, const Heads& H, Sink&& sink) const
 {
-    const std::size_t max_n = detail::max_item_rows(X);
-    const std::size_t o = cfg_.labels;
-    scratch<Out> s(detail::packed_count<Out>("stream", max_n, o));
-    predict_into<detail::labels_at_heads_kind>(
-        X, H, [&](std::size_t, std::size_t n) { return detail::dense_rows(s.data(), n, o); },
-        [&](std::size_t k, seq_view<Out> y) { sink(k, detail::read_only(y)); });
+    scratch<Out> s(detail::packed_count<Out>("stream", detail::max_item_rows(X), cfg_.labels));
+    predict_heads_stream_into(X, H, [&](std::size_t, std::size_t) { return s.data(); }, sink);
+}
+
+template <class T, class Backend, class Out>
+template <class Items, class Heads, class Dest, class Sink>
+void biaffine_scorer<T, Backend, Out>::predict_heads_stream_into(const Items& X, const Heads& H, Dest&& dest,
+                                                                 Sink&& sink) const
+{
+    stream_into<detail::labels_at_heads_kind>(X, H, dest, sink);
 }
 
 template <class T, class Backend, class Out>
