@@ -9,12 +9,12 @@
 //     predictions written back (conllu::set_scorer_heads), scores as the CoNLL
 //     2018 shared task (conllu::evaluate).
 //   * the encoder: features of a word (lowercased form from a vocabulary,
-//     a hashed 3-letter suffix, a shape class, the gold UPOS) are summed
-//     embeddings; then residual convolution layers, each token seeing
-//     +-dilation neighbours in its sentence (dilations 1, 2, 4, 8, ...: a
-//     receptive field of +-2 (2^L - 1) words), computed as one GEMM per layer
-//     on gathered rows [N, 3D] x [3D, D] and backpropagated by hand (see
-//     encoder::backward). Both scorers' dX are summed into it.
+//     a hashed 3-letter suffix, a shape class; the gold UPOS only with
+//     --gold-tags) are summed embeddings; then residual convolution layers,
+//     each token seeing +-dilation neighbours in its sentence (dilations 1, 2,
+//     4, 8, ...: a receptive field of +-2 (2^L - 1) words), computed as one
+//     GEMM per layer on gathered rows [N, 3D] x [3D, D] and backpropagated by
+//     hand (see encoder::backward). Both scorers' dX are summed into it.
 //   * the training step: arc logits (train_output::logits) through
 //     with_splits(with_minibatch_by_padded_size(...)) and cross_entropy_heads;
 //     label logits at the gold heads (forward_heads) and cross_entropy_labels;
@@ -22,12 +22,25 @@
 //     embedding tables here); dropout in the encoder and the scorers.
 //   * parsing: encode -> arc logits -> mst_heads -> predict_heads at the
 //     decoded heads -> best label -> CoNLL-U out, timed end to end.
+//   * a saved parser (save_model / read_manifest / read_vocab / load_weights):
+//     a folder with a manifest (format version, sizes, loss and decoder), the
+//     vocabularies, the encoder's and the scorers' parameters as .npy (the
+//     scorers through biaffine/scorer_io.hpp); a load that does not fit says
+//     which file and what is wrong.
 //
 //   train_treebank_parser --train FILE --dev FILE [--epochs N] [--threads N]
-//       [--budget-mb X] [--out FILE] [--parse FILE]... [--width D] [--layers L]
-//       [--arc-hidden H] [--label-hidden H] [--seed S] [--lr LR] [--minutes M]
-//       [--precision fp32|bf16] [--compare-bf16] [--quick]
+//       [--budget-mb X] [--out FILE] [--parse FILE]... [--text] [--width D]
+//       [--layers L] [--arc-hidden H] [--label-hidden H] [--seed S] [--lr LR]
+//       [--minutes M] [--precision fp32|bf16] [--gold-tags] [--save DIR]
+//       [--no-check] [--compare-bf16] [--quick]
+//   train_treebank_parser --model DIR [--dev FILE] [--parse FILE]... [--text]
+//       [--out FILE] [--threads N] [--budget-mb X]
 //
+// No gold tags by default: the UPOS column is not read, so the parser parses
+// text nobody tagged; --gold-tags adds the gold UPOS as a feature (then the
+// files parsed need UPOS too). --save DIR writes the trained parser; --model
+// DIR loads one instead of training (sizes, tags and precision from it) and
+// gives the same parses, byte for byte.
 // --precision bf16 trains (and parses) with the scorers in bf16 (mixed
 // precision: bf16 products, fp32 master weights and gradients); run it
 // beside an fp32 run of the same seed for the learning curves.
@@ -36,13 +49,19 @@
 // --quick trains a few seconds on the shipped EWT sample (the smoke test; the
 // files default to tests/data/ud-english-ewt-sample when not given).
 // --parse FILE (repeatable) times parsing those files after training at 1
-// and at --threads threads (default: the dev file). --minutes M: no epoch
+// and at --threads threads (default: the dev file): CoNLL-U, annotated or not
+// (HEAD and DEPREL `_`), or plain text with --text or when named *.txt (one
+// sentence a line, tokens split at whitespace). --out FILE writes the parse
+// of the one --parse file (else of the dev file) as CoNLL-U: HEAD and DEPREL
+// filled in, every other column and line as read. --minutes M: no epoch
 // starts that would, as long as the last one, end past M minutes of training.
 //
-// Exit status: 0 when the final dev UAS is at least 15 points above the best
-// of the two trivial baselines measured on the same dev file (every word
-// attached to its left neighbour / to its right neighbour, the first / last
-// word the root); 1 otherwise; 2 on bad usage or unreadable input.
+// Exit status: after training, 0 when the final dev UAS is at least 15 points
+// above the best of the two trivial baselines measured on the same dev file
+// (every word attached to its left neighbour / to its right neighbour, the
+// first / last word the root), 1 otherwise (--no-check: 0); with --model, 0
+// once parsed; 2 on bad usage, unreadable or malformed input, or a saved
+// parser that does not load (the error names the file and line).
 
 #include <biaffine/biaffine.hpp>
 #include <biaffine/conllu.hpp>
@@ -240,8 +259,9 @@ std::uint32_t suffix_bucket(const std::string& s)
 }
 
 // Vocabularies from the training file: words seen twice or more (else the
-// unknown word, id 0), UPOS tags and relations. Without gold tags (the
-// default) the UPOS feature is always id 0: parsing needs no tagger then.
+// unknown word, id 0), UPOS tags (0: unknown) and relations. Without gold
+// tags (the default) the UPOS feature is always id 0: the tags are only the
+// tagger's targets, and text to parse needs none.
 struct vocab {
     std::unordered_map<std::string, std::size_t> words, upos, labels;
     std::vector<std::size_t> word_count;  // by id
@@ -258,7 +278,7 @@ struct vocab {
         for (const auto& s : train)
             for (const auto& w : s.words) {
                 if (++counts[lowercase(w.form)] == 1) first_seen.push_back(lowercase(w.form));
-                if (use_gold_tags) add(upos, upos_names, w.upos);
+                add(upos, upos_names, w.upos);
                 add(labels, label_names, w.deprel);
             }
         word_count.push_back(0);
@@ -278,9 +298,16 @@ struct vocab {
         if (ids.emplace(name, names.size()).second) names.push_back(name);
     }
 
+    // The UPOS id of a tag (0: not seen in training).
+    std::uint32_t tag_id(const std::string& tag) const
+    {
+        const auto t = upos.find(tag);
+        return std::uint32_t(t == upos.end() ? 0 : t->second);
+    }
+
     std::size_t sizes(std::size_t f) const
     {
-        const std::size_t s[n_features] = {word_count.size(), suffix_buckets, n_shapes, upos_names.size()};
+        const std::size_t s[n_features] = {word_count.size(), suffix_buckets, n_shapes, gold_tags ? upos_names.size() : 1};
         return s[f];
     }
 
@@ -290,12 +317,11 @@ struct vocab {
         for (const auto& w : s.words) {
             const std::string lower = lowercase(w.form);
             const auto it = words.find(lower);
-            const auto t = upos.find(w.upos);
             const std::string suffix = lower.size() > 3 ? lower.substr(lower.size() - 3) : lower;
             out.push_back(std::uint32_t(it == words.end() ? 0 : it->second));
             out.push_back(suffix_bucket(suffix));
             out.push_back(std::uint32_t(shape_of(w.form)));
-            out.push_back(std::uint32_t(!gold_tags || t == upos.end() ? 0 : t->second));
+            out.push_back(gold_tags ? tag_id(w.upos) : 0);
         }
     }
 };
@@ -303,7 +329,8 @@ struct vocab {
 // A batch of sentences laid out one after the other: N rows in all.
 struct batch {
     std::vector<std::size_t> lengths, starts;
-    std::vector<std::uint32_t> ids;  // [N][n_features]
+    std::vector<std::uint32_t> ids;   // [N][n_features]
+    std::vector<std::uint32_t> tags;  // [N] the UPOS ids in the file (the tagger's targets in training)
     std::size_t rows = 0;
 
     void add(const vocab& v, const conllu::sentence& s)
@@ -312,6 +339,7 @@ struct batch {
         lengths.push_back(s.words.size());
         rows += s.words.size();
         v.features(s, ids);
+        for (const auto& w : s.words) tags.push_back(v.tag_id(w.upos));
     }
 };
 
@@ -340,6 +368,30 @@ struct param {
     explicit param(std::size_t r = 0, std::size_t c = 0)
         : w(mat::Zero(Eigen::Index(r), Eigen::Index(c))), g(w), m(w), v(w) {}
 };
+
+// Parameters ([rows, cols] each) to `<dir>/<name>.npy`, and back.
+template <class Named>
+void save_params(const std::string& dir, const Named& params)
+{
+    for (const auto& [name, p] : params)
+        biaffine::detail::write_npy(dir + "/" + name + ".npy", dir + "/" + name + ".npy", p->w.data(), std::size_t(p->w.size()),
+                                    {std::size_t(p->w.rows()), std::size_t(p->w.cols())});
+}
+
+// Every file is read and its shape checked against the parameter's before
+// any parameter changes (errors name the file: missing, not .npy, other
+// shape, truncated).
+template <class Named>
+void load_params(const std::string& dir, const Named& params)
+{
+    std::vector<biaffine::tracked_vector<float>> values(params.size());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        const mat& w = params[i].second->w;
+        biaffine::detail::read_npy_checked(dir + "/" + params[i].first + ".npy", {std::size_t(w.rows()), std::size_t(w.cols())},
+                                           values[i]);
+    }
+    for (std::size_t i = 0; i < params.size(); ++i) std::copy(values[i].begin(), values[i].end(), params[i].second->w.data());
+}
 
 class encoder {
 public:
@@ -440,35 +492,25 @@ public:
     // bias_<l>.npy [1, D]. The optimiser's moments are not kept.
     void save(const std::string& dir) const
     {
-        for (const auto& [name, p] : named())
-            biaffine::detail::write_npy(dir + "/" + name + ".npy", dir + "/" + name + ".npy", p->w.data(),
-                                        std::size_t(p->w.size()), {std::size_t(p->w.rows()), std::size_t(p->w.cols())});
+        std::vector<std::pair<std::string, const param*>> r;
+        save_params(dir, named(*this, r));
     }
 
-    // Reads what save wrote into an encoder of the same sizes; every file is
-    // read and its shape checked before any parameter changes (errors name
-    // the file: missing, not .npy, other shape, truncated).
     void load(const std::string& dir)
     {
-        const auto params = named();
-        std::vector<biaffine::tracked_vector<float>> values(params.size());
-        for (std::size_t i = 0; i < params.size(); ++i) {
-            const mat& w = params[i].second->w;
-            biaffine::detail::read_npy_checked(dir + "/" + params[i].first + ".npy",
-                                               {std::size_t(w.rows()), std::size_t(w.cols())}, values[i]);
-        }
-        for (std::size_t i = 0; i < params.size(); ++i)
-            std::copy(values[i].begin(), values[i].end(), const_cast<param*>(params[i].second)->w.data());
+        std::vector<std::pair<std::string, param*>> r;
+        load_params(dir, named(*this, r));
     }
 
 private:
-    std::vector<std::pair<std::string, const param*>> named() const
+    // The parameters by file name into `r` (const or not as `self`).
+    template <class Self, class Named>
+    static const Named& named(Self& self, Named& r)
     {
-        std::vector<std::pair<std::string, const param*>> r;
-        for (std::size_t f = 0; f < emb_.size(); ++f) r.emplace_back("emb_" + std::to_string(f), &emb_[f]);
-        for (std::size_t l = 0; l < conv_.size(); ++l) {
-            r.emplace_back("conv_" + std::to_string(l), &conv_[l]);
-            r.emplace_back("bias_" + std::to_string(l), &bias_[l]);
+        for (std::size_t f = 0; f < self.emb_.size(); ++f) r.emplace_back("emb_" + std::to_string(f), &self.emb_[f]);
+        for (std::size_t l = 0; l < self.conv_.size(); ++l) {
+            r.emplace_back("conv_" + std::to_string(l), &self.conv_[l]);
+            r.emplace_back("bias_" + std::to_string(l), &self.bias_[l]);
         }
         return r;
     }
@@ -555,9 +597,73 @@ std::size_t argmax_row(const float* y, std::size_t o)
     return std::size_t(std::max_element(y, y + o) - y);
 }
 
+// UPOS from the encoder's rows: softmax(H W + b), W [D, T], b [1, T], trained
+// with the parser (its gradient joins the scorers' in dH), so that text
+// without tags gets them and the encoder learns them.
+struct tagger {
+    param w, b;
+
+    tagger(std::size_t width, std::size_t tags) : w(width, tags), b(1, tags) {}
+
+    mat logits(const mat& H) const
+    {
+        mat Y = H * w.w;
+        Y.rowwise() += b.w.row(0);
+        return Y;
+    }
+
+    // Cross-entropy against `gold` [N] (rows with id 0, an unknown tag, left
+    // out), times `scale`, added to dH [N, D]; returns the unscaled sum.
+    double train(const mat& H, const std::vector<std::uint32_t>& gold, double scale, mat& dH)
+    {
+        mat P = logits(H);
+        double loss = 0;
+        for (Eigen::Index t = 0; t < P.rows(); ++t) {
+            auto row = P.row(t);
+            if (gold[std::size_t(t)] == 0) {
+                row.setZero();
+                continue;
+            }
+            const float mx = row.maxCoeff();
+            row = (row.array() - mx).exp();
+            const float z = row.sum();
+            row /= z;
+            loss -= std::log(std::max(double(row(gold[std::size_t(t)])), 1e-30));
+            row(gold[std::size_t(t)]) -= 1.f;
+            row *= float(scale);
+        }
+        w.g.noalias() += H.transpose() * P;
+        b.g.row(0) += P.colwise().sum();
+        dH.noalias() += P * w.w.transpose();
+        return loss;
+    }
+
+    // The best tag id of every row (0, the unknown tag, never).
+    std::vector<std::uint32_t> predict(const mat& H) const
+    {
+        const mat Y = logits(H);
+        std::vector<std::uint32_t> out(std::size_t(Y.rows()), 0);
+        for (Eigen::Index t = 0; Y.cols() > 1 && t < Y.rows(); ++t) {
+            Eigen::Index best = 0;
+            Y.row(t).tail(Y.cols() - 1).maxCoeff(&best);
+            out[std::size_t(t)] = std::uint32_t(best + 1);
+        }
+        return out;
+    }
+
+    void step(const encoder_adam& opt)
+    {
+        for (param* p : {&w, &b}) opt.update(p->w.data(), p->g.data(), p->m.data(), p->v.data(), std::size_t(p->w.size()));
+    }
+
+    std::vector<std::pair<std::string, param*>> named() { return {{"weight", &w}, {"bias", &b}}; }
+    std::vector<std::pair<std::string, const param*>> named() const { return {{"weight", &w}, {"bias", &b}}; }
+};
+
 struct parser {
     const vocab& v;
     encoder enc;
+    tagger tags;
     biaffine::biaffine_scorer<float> arc_scorer, label_scorer;
     biaffine::budget budget;
     biaffine::batch_options opts;
@@ -579,6 +685,7 @@ struct parser {
     parser(const vocab& voc, const options& o)
         : v(voc),
           enc(voc, o.width, o.layers, o.dropout, o.seed),
+          tags(o.width, voc.upos_names.size()),
           arc_scorer(config(o.width, o.arc_hidden, 1, o.seed + 1, o.dropout, o.precision)),
           label_scorer(config(o.width, o.label_hidden, voc.label_names.size(), o.seed + 2, o.dropout, o.precision)),
           budget(biaffine::budget::megabytes(o.budget_mb))
@@ -605,11 +712,13 @@ struct parser {
         const auto dX_labels = label_bp(decltype(labs)::head_grad_views(dL));
         mat dH = Eigen::Map<const mat>(dX_arcs[0].data(), H.rows(), H.cols()) +
                  Eigen::Map<const mat>(dX_labels[0].data(), H.rows(), H.cols());
+        const double tl = tags.train(H, b.tags, scale, dH);
         enc.backward(b, std::move(dH));
         enc.step(enc_opt);
+        tags.step(enc_opt);  // at the encoder's step count
         arc_opt.step(arc_scorer);
         label_opt.step(label_scorer);
-        return (al + ll) / scale;
+        return (al + ll) / scale + tl;
     }
 
     // Parses the sentences in place (HEAD and DEPREL), documents by # newdoc,
@@ -641,6 +750,7 @@ struct parser {
                 doc_rows.push_back(b.rows - before);
             }
             const mat& H = enc.forward(b, false);
+            const std::vector<std::uint32_t> tag_ids = tags.predict(H);
             std::vector<Eigen::Map<const mat>> X;
             for (std::size_t i = 0, r = 0; i < doc_rows.size(); r += doc_rows[i++])
                 X.emplace_back(H.data() + r * H.cols(), Eigen::Index(doc_rows[i]), H.cols());
@@ -654,14 +764,17 @@ struct parser {
                 }
             const biaffine::score_list<float> label_logits = labs.predict_heads(X, splits, heads);
             const std::size_t o = v.label_names.size();
-            for (std::size_t i = 0, k = 0; i < X.size(); ++i) {
+            for (std::size_t i = 0, k = 0, row = 0; i < X.size(); ++i) {
                 std::size_t r = 0;
                 for (std::size_t s = docs[d0 + i].first; s < docs[d0 + i].second; ++s, ++k) {
                     auto& sent = sents[s];
                     const std::size_t n = sent.words.size();
                     conllu::set_scorer_heads(sent, {heads[i].begin() + std::ptrdiff_t(r), heads[i].begin() + std::ptrdiff_t(r + n)});
-                    for (std::size_t m = 0; m < n; ++m)
+                    for (std::size_t m = 0; m < n; ++m, ++row) {
                         sent.words[m].deprel = v.label_names[argmax_row(label_logits[k].data() + m * o, o)];
+                        // A tag where the text has none (a tag given is kept).
+                        if (sent.words[m].upos == "_" && tag_ids[row] != 0) sent.words[m].upos = v.upos_names[tag_ids[row]];
+                    }
                     r += n;
                 }
             }
@@ -687,6 +800,32 @@ void set_threads(parser& p, std::size_t threads)
 {
     Eigen::setNbThreads(int(threads));
     p.opts.threads = threads;
+}
+
+// The dev file parsed as the parser would parse text: without gold tags
+// (UPOS blanked, then predicted) unless it takes them. Returns the scores
+// and the share of words whose predicted UPOS is the gold one (%).
+std::pair<conllu::attachment_scores, double> evaluate_dev(parser& p, const std::vector<conllu::sentence>& dev)
+{
+    auto parsed = dev;
+    if (!p.v.gold_tags)
+        for (auto& s : parsed)
+            for (auto& w : s.words) w.upos = "_";
+    p.parse(parsed);
+    std::size_t words = 0, right = 0;
+    for (std::size_t i = 0; i < dev.size(); ++i)
+        for (std::size_t m = 0; m < dev[i].words.size(); ++m, ++words) right += parsed[i].words[m].upos == dev[i].words[m].upos;
+    return {conllu::evaluate(dev, parsed), conllu::attachment_scores::pct(right, words)};
+}
+
+// What the dev scores were parsed with.
+std::string tags_note(const vocab& v, double tag_acc)
+{
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(2);
+    if (v.gold_tags) s << " (gold UPOS)";
+    else s << " (no gold tags; UPOS predicted " << tag_acc << "%)";
+    return s.str();
 }
 
 // --- text to parse -----------------------------------------------------------
@@ -771,7 +910,7 @@ void save_model(const std::string& dir, parser& p, const options& o)
     const vocab& v = p.v;
     const std::string manifest = dir + "/manifest.txt";
     std::error_code ec;
-    for (const char* sub : {"encoder", "arc", "label"})
+    for (const char* sub : {"encoder", "tagger", "arc", "label"})
         if (fs::create_directories(dir + "/" + sub, ec); ec) throw model_error(dir + "/" + sub, "cannot create: " + ec.message());
     if (fs::remove(manifest, ec); ec) throw model_error(manifest, "cannot remove the old one: " + ec.message());
     std::string words;
@@ -781,6 +920,7 @@ void save_model(const std::string& dir, parser& p, const options& o)
     write_names(dir + "/upos.txt", v.upos_names, 1);
     write_names(dir + "/labels.txt", v.label_names, 0);
     p.enc.save(dir + "/encoder");
+    save_params(dir + "/tagger", std::as_const(p.tags).named());
     biaffine::save_npy(p.arc_scorer, dir + "/arc");
     biaffine::save_npy(p.label_scorer, dir + "/label");
     std::ostringstream m;
@@ -883,8 +1023,6 @@ vocab read_vocab(const std::string& dir, bool gold_tags)
         }
     }
     if (v.label_names.empty()) throw model_error(dir + "/labels.txt", "no relations");
-    if (!gold_tags && v.upos_names.size() > 1)
-        throw model_error(dir + "/upos.txt", "UPOS tags listed but the manifest says the parser takes no gold tags");
     return v;
 }
 
@@ -893,6 +1031,7 @@ vocab read_vocab(const std::string& dir, bool gold_tags)
 void load_weights(const std::string& dir, parser& p)
 {
     p.enc.load(dir + "/encoder");
+    load_params(dir + "/tagger", p.tags.named());
     biaffine::load_npy(p.arc_scorer, dir + "/arc");
     biaffine::load_npy(p.label_scorer, dir + "/label");
 }
@@ -997,12 +1136,13 @@ conllu::attachment_scores train_parser(parser& p, const vocab& v, const options&
         train_wall += secs;
         train_cpu += cpu_seconds() - c0;
         ++epochs_run;
-        auto parsed = dev;
-        p.parse(parsed);
-        last = conllu::evaluate(dev, parsed);
+        double tag_acc = 0;
+        std::tie(last, tag_acc) = evaluate_dev(p, dev);
         std::cout << "epoch " << std::setw(3) << epoch << "  loss " << std::setprecision(4) << loss / double(train_words)
                   << "  " << std::setprecision(0) << double(train_words) / secs << " tokens/s  dev UAS "
-                  << std::setprecision(2) << last.uas() << " LAS " << last.las() << std::setprecision(0) << "  (training so far "
+                  << std::setprecision(2) << last.uas() << " LAS " << last.las()
+                  << tags_note(v, tag_acc)
+                  << std::setprecision(0) << "  (training so far "
                   << train_wall << " s wall, " << train_cpu << " s CPU)" << std::endl;
         // Stop when another epoch as long as this one would pass the limit.
         if (o.minutes > 0 && train_wall + secs > 60 * o.minutes) break;
@@ -1118,10 +1258,10 @@ int run(const options& cmd)
         load_weights(o.model, p);
         log.checkpoint("loaded");
         if (!dev.empty()) {
-            auto parsed = dev;
-            p.parse(parsed);
-            last = conllu::evaluate(dev, parsed);
+            double tag_acc = 0;
+            std::tie(last, tag_acc) = evaluate_dev(p, dev);
             std::cout << std::setprecision(2) << "dev UAS " << last.uas() << " LAS " << last.las()
+                      << tags_note(v, tag_acc)
                       << "; without punctuation (gold UPOS PUNCT) UAS " << last.uas_no_punct() << " LAS "
                       << last.las_no_punct() << "\n";
         }

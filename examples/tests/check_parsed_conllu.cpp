@@ -1,11 +1,12 @@
 // check_parsed_conllu - the test of what train_treebank_parser --parse IN
 // --out OUT writes: OUT reads back with the library's CoNLL-U reader (which
 // rejects head cycles and heads out of range), every word has a head and a
-// relation, each sentence has exactly one root, and the sentences and words
-// are IN's: the same forms in the same order (IN plain text: its
-// whitespace-separated tokens, one sentence a non-blank line; IN CoNLL-U:
-// also the same comments, multiword/empty-node lines and columns other than
-// HEAD and DEPREL).
+// relation and a UPOS tag (predicted where IN has `_`), each sentence has
+// exactly one root, and the sentences and words are IN's: the same forms in
+// the same order (IN plain text: its whitespace-separated tokens, one
+// sentence a non-blank line; IN CoNLL-U: also the same comments,
+// multiword/empty-node lines and columns other than HEAD and DEPREL, UPOS
+// where IN has one).
 //
 //   check_parsed_conllu OUT IN
 //
@@ -94,10 +95,11 @@ int main(int argc, char** argv)
                                                     tokens[i][m] + "'");
                 require(w.head != conllu::no_head && w.head <= s.words.size(), where + "word " + std::to_string(m + 1) + " has no head");
                 require(!w.deprel.empty() && w.deprel != "_", where + "word " + std::to_string(m + 1) + " has no relation");
+                require(w.upos != "_", where + "word " + std::to_string(m + 1) + " has no UPOS (the parser's tagger fills it in)");
                 roots += w.head == 0;
                 if (!text) {
                     const auto& g = in[i].words[m];
-                    require(w.lemma == g.lemma && w.upos == g.upos && w.xpos == g.xpos && w.feats == g.feats && w.deps == g.deps &&
+                    require(w.lemma == g.lemma && (w.upos == g.upos || g.upos == "_") && w.xpos == g.xpos && w.feats == g.feats && w.deps == g.deps &&
                                 w.misc == g.misc,
                             where + "word " + std::to_string(m + 1) + ": a column other than HEAD and DEPREL changed");
                 }
