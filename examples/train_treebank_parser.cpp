@@ -9,12 +9,12 @@
 //     predictions written back (conllu::set_scorer_heads), scores as the CoNLL
 //     2018 shared task (conllu::evaluate).
 //   * the encoder: features of a word (lowercased form from a vocabulary,
-//     a hashed 3-letter suffix, a shape class, the gold UPOS) are summed
-//     embeddings; then residual convolution layers, each token seeing
-//     +-dilation neighbours in its sentence (dilations 1, 2, 4, 8, ...: a
-//     receptive field of +-2 (2^L - 1) words), computed as one GEMM per layer
-//     on gathered rows [N, 3D] x [3D, D] and backpropagated by hand (see
-//     encoder::backward). Both scorers' dX are summed into it.
+//     a hashed 3-letter suffix, a shape class; the gold UPOS only with
+//     --gold-tags) are summed embeddings; then residual convolution layers,
+//     each token seeing +-dilation neighbours in its sentence (dilations 1, 2,
+//     4, 8, ...: a receptive field of +-2 (2^L - 1) words), computed as one
+//     GEMM per layer on gathered rows [N, 3D] x [3D, D] and backpropagated by
+//     hand (see encoder::backward). Both scorers' dX are summed into it.
 //   * the training step: arc logits (train_output::logits) through
 //     with_splits(with_minibatch_by_padded_size(...)) and cross_entropy_heads;
 //     label logits at the gold heads (forward_heads) and cross_entropy_labels;
@@ -22,12 +22,25 @@
 //     embedding tables here); dropout in the encoder and the scorers.
 //   * parsing: encode -> arc logits -> mst_heads -> predict_heads at the
 //     decoded heads -> best label -> CoNLL-U out, timed end to end.
+//   * a saved parser (save_model / read_manifest / read_vocab / load_weights):
+//     a folder with a manifest (format version, sizes, loss and decoder), the
+//     vocabularies, the encoder's and the scorers' parameters as .npy (the
+//     scorers through biaffine/scorer_io.hpp); a load that does not fit says
+//     which file and what is wrong.
 //
 //   train_treebank_parser --train FILE --dev FILE [--epochs N] [--threads N]
-//       [--budget-mb X] [--out FILE] [--parse FILE]... [--width D] [--layers L]
-//       [--arc-hidden H] [--label-hidden H] [--seed S] [--lr LR] [--minutes M]
-//       [--precision fp32|bf16] [--compare-bf16] [--quick]
+//       [--budget-mb X] [--out FILE] [--parse FILE]... [--text] [--width D]
+//       [--layers L] [--arc-hidden H] [--label-hidden H] [--seed S] [--lr LR]
+//       [--minutes M] [--precision fp32|bf16] [--gold-tags] [--save DIR]
+//       [--no-check] [--compare-bf16] [--quick]
+//   train_treebank_parser --model DIR [--dev FILE] [--parse FILE]... [--text]
+//       [--out FILE] [--threads N] [--budget-mb X]
 //
+// No gold tags by default: the UPOS column is not read, so the parser parses
+// text nobody tagged; --gold-tags adds the gold UPOS as a feature (then the
+// files parsed need UPOS too). --save DIR writes the trained parser; --model
+// DIR loads one instead of training (sizes, tags and precision from it) and
+// gives the same parses, byte for byte.
 // --precision bf16 trains (and parses) with the scorers in bf16 (mixed
 // precision: bf16 products, fp32 master weights and gradients); run it
 // beside an fp32 run of the same seed for the learning curves.
@@ -36,13 +49,19 @@
 // --quick trains a few seconds on the shipped EWT sample (the smoke test; the
 // files default to tests/data/ud-english-ewt-sample when not given).
 // --parse FILE (repeatable) times parsing those files after training at 1
-// and at --threads threads (default: the dev file). --minutes M: no epoch
+// and at --threads threads (default: the dev file): CoNLL-U, annotated or not
+// (HEAD and DEPREL `_`), or plain text with --text or when named *.txt (one
+// sentence a line, tokens split at whitespace). --out FILE writes the parse
+// of the one --parse file (else of the dev file) as CoNLL-U: HEAD and DEPREL
+// filled in, every other column and line as read. --minutes M: no epoch
 // starts that would, as long as the last one, end past M minutes of training.
 //
-// Exit status: 0 when the final dev UAS is at least 15 points above the best
-// of the two trivial baselines measured on the same dev file (every word
-// attached to its left neighbour / to its right neighbour, the first / last
-// word the root); 1 otherwise; 2 on bad usage or unreadable input.
+// Exit status: after training, 0 when the final dev UAS is at least 15 points
+// above the best of the two trivial baselines measured on the same dev file
+// (every word attached to its left neighbour / to its right neighbour, the
+// first / last word the root), 1 otherwise (--no-check: 0); with --model, 0
+// once parsed; 2 on bad usage, unreadable or malformed input, or a saved
+// parser that does not load (the error names the file and line).
 
 #include <biaffine/biaffine.hpp>
 #include <biaffine/conllu.hpp>
@@ -55,6 +74,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iomanip>
@@ -62,7 +82,9 @@
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -83,6 +105,7 @@ constexpr double baseline_margin = 15.0;  // UAS points above the best trivial b
 
 struct options {
     std::string train, dev, out;
+    std::string save, model;  // --save DIR after training; --model DIR: load instead of training
     std::vector<std::string> parse_files;
     // Sizes for parsing speed: label scores at heads cost 2 (h+1)^2 o FLOPs a word (51 relations
     // on EWT), with label_hidden 128 more than the whole encoder at width 256. Words per CPU
@@ -94,6 +117,11 @@ struct options {
     double dropout = 0.25;
     std::uint64_t seed = 1;
     bool quick = false;
+    bool gold_tags = false;  // the gold UPOS as a feature (then text to parse needs UPOS too)
+    bool text = false;       // --parse files are plain text (also any file named *.txt)
+    bool check = true;       // the exit status checks the dev UAS after training
+    bool sizes_given = false;
+    bool write_parse = false;  // --out gets the --parse file's parse (else the dev file's)
     bool compare_bf16 = false;  // after training: dev parsed in fp32 and in bf16, side by side
     // The scorers' arithmetic, in training too (bf16: mixed precision, fp32
     // master weights; the encoder stays fp32).
@@ -104,8 +132,11 @@ struct options {
 {
     std::cerr << "train_treebank_parser: " << problem << "\n"
               << "usage: train_treebank_parser --train FILE --dev FILE [--epochs N] [--threads N] [--budget-mb X]\n"
-                 "       [--out FILE] [--parse FILE]... [--width D] [--layers L] [--arc-hidden H] [--label-hidden H]\n"
-                 "       [--seed S] [--lr LR] [--minutes M] [--precision fp32|bf16] [--compare-bf16] [--quick]\n";
+                 "       [--out FILE] [--parse FILE]... [--text] [--width D] [--layers L] [--arc-hidden H]\n"
+                 "       [--label-hidden H] [--seed S] [--lr LR] [--minutes M] [--precision fp32|bf16]\n"
+                 "       [--gold-tags] [--save DIR] [--no-check] [--compare-bf16] [--quick]\n"
+                 "   or: train_treebank_parser --model DIR [--dev FILE] [--parse FILE]... [--text] [--out FILE]\n"
+                 "       [--threads N] [--budget-mb X]\n";
     std::exit(2);
 }
 
@@ -119,8 +150,11 @@ options parse_args(int argc, char** argv)
             o.quick = true;
             continue;
         }
-        if (a == "--compare-bf16") {
-            o.compare_bf16 = true;
+        bool* flag = a == "--compare-bf16" ? &o.compare_bf16 : a == "--gold-tags" ? &o.gold_tags : a == "--text" ? &o.text : nullptr;
+        if (flag != nullptr || a == "--no-check") {
+            if (flag != nullptr) *flag = true;
+            else o.check = false;
+            o.sizes_given = o.sizes_given || a == "--gold-tags";  // a saved parser's own
             continue;
         }
         if (a == "--help" || a == "-h") usage("train a parser on a CoNLL-U treebank");
@@ -133,18 +167,21 @@ options parse_args(int argc, char** argv)
         else if (a == "--dev") o.dev = v;
         else if (a == "--out") o.out = v;
         else if (a == "--parse") o.parse_files.push_back(v);
+        else if (a == "--save") o.save = v;
+        else if (a == "--model") o.model = v;
         else if (a == "--epochs") o.epochs = count(), epochs_given = true;
         else if (a == "--threads") o.threads = count();
-        else if (a == "--width") o.width = count();
-        else if (a == "--layers") o.layers = count();
-        else if (a == "--arc-hidden") o.arc_hidden = count();
-        else if (a == "--label-hidden") o.label_hidden = count();
+        else if (a == "--width") o.width = count(), o.sizes_given = true;
+        else if (a == "--layers") o.layers = count(), o.sizes_given = true;
+        else if (a == "--arc-hidden") o.arc_hidden = count(), o.sizes_given = true;
+        else if (a == "--label-hidden") o.label_hidden = count(), o.sizes_given = true;
         else if (a == "--seed") o.seed = count();
         else if (a == "--budget-mb") o.budget_mb = real();
         else if (a == "--lr") o.lr = real();
         else if (a == "--minutes") o.minutes = real();
         else if (a == "--precision" && (v == "fp32" || v == "bf16"))
-            o.precision = v == "bf16" ? biaffine::compute_precision::bf16 : biaffine::compute_precision::fp32;
+            o.precision = v == "bf16" ? biaffine::compute_precision::bf16 : biaffine::compute_precision::fp32,
+            o.sizes_given = true;
         else if (a == "--precision") usage("--precision takes fp32 or bf16, not " + v);
         else usage("unknown option " + a);
         if (end != nullptr && (v.empty() || *end != '\0')) usage("bad value for " + a + ": " + v);
@@ -156,9 +193,20 @@ options parse_args(int argc, char** argv)
         if (!epochs_given) o.epochs = 6;
         o.batch_tokens = 500;
     }
-    if (o.train.empty() || o.dev.empty()) usage("--train and --dev are required (or --quick)");
+    if (!o.model.empty()) {
+        // The sizes, the tags and the precision are the saved parser's.
+        if (!o.train.empty() || !o.save.empty() || o.sizes_given || epochs_given || o.quick)
+            usage("--model DIR parses with a saved parser: --train, --save, --epochs, --quick, --gold-tags and the sizes "
+                  "(--width, --layers, --arc-hidden, --label-hidden, --precision) do not go with it");
+        if (o.dev.empty() && o.parse_files.empty()) usage("--model DIR needs something to parse: --parse FILE or --dev FILE");
+    } else if (o.train.empty() || o.dev.empty()) {
+        usage("--train and --dev are required (or --quick, or --model DIR)");
+    }
     if (o.epochs == 0 || o.threads == 0 || o.width == 0 || o.layers == 0 || !(o.budget_mb > 0))
         usage("--epochs, --threads, --width, --layers and --budget-mb must be positive");
+    if (!o.out.empty() && o.parse_files.size() > 1)
+        usage("--out FILE writes the parse of one --parse file (or of --dev), not of " + std::to_string(o.parse_files.size()));
+    o.write_parse = !o.parse_files.empty();
     if (o.parse_files.empty()) o.parse_files.push_back(o.dev);
     return o;
 }
@@ -200,33 +248,66 @@ std::size_t shape_of(const std::string& s)
     return 5;  // punctuation, symbols, non-ASCII
 }
 
+// The suffix feature's bucket: FNV-1a (64 bits), not std::hash, whose values
+// differ between standard libraries - a saved parser must find the same
+// buckets wherever it is loaded.
+std::uint32_t suffix_bucket(const std::string& s)
+{
+    std::uint64_t h = 14695981039346656037ull;
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    return std::uint32_t(h % suffix_buckets);
+}
+
 // Vocabularies from the training file: words seen twice or more (else the
-// unknown word, id 0), UPOS tags and relations.
+// unknown word, id 0), UPOS tags (0: unknown) and relations. Without gold
+// tags (the default) the UPOS feature is always id 0: the tags are only the
+// tagger's targets, and text to parse needs none.
 struct vocab {
     std::unordered_map<std::string, std::size_t> words, upos, labels;
     std::vector<std::size_t> word_count;  // by id
-    std::vector<std::string> label_names;
+    std::vector<std::string> word_names, upos_names, label_names;  // by id (word 0 and UPOS 0: unknown, "")
+    bool gold_tags = false;
 
-    explicit vocab(const std::vector<conllu::sentence>& train)
+    vocab() = default;
+
+    vocab(const std::vector<conllu::sentence>& train, bool use_gold_tags) : gold_tags(use_gold_tags)
     {
         std::unordered_map<std::string, std::size_t> counts;
+        std::vector<std::string> first_seen;  // words in order of appearance: ids do not depend on hashing
+        upos_names.emplace_back();
         for (const auto& s : train)
             for (const auto& w : s.words) {
-                ++counts[lowercase(w.form)];
-                upos.emplace(w.upos, upos.size() + 1);  // 0: a tag not seen in training
-                if (labels.emplace(w.deprel, labels.size()).second) label_names.push_back(w.deprel);
+                if (++counts[lowercase(w.form)] == 1) first_seen.push_back(lowercase(w.form));
+                add(upos, upos_names, w.upos);
+                add(labels, label_names, w.deprel);
             }
         word_count.push_back(0);
-        for (const auto& kv : counts)
-            if (kv.second >= 2) {
-                words.emplace(kv.first, word_count.size());
-                word_count.push_back(kv.second);
+        word_names.emplace_back();
+        for (const auto& w : first_seen)
+            if (counts[w] >= 2) {
+                words.emplace(w, word_count.size());
+                word_count.push_back(counts[w]);
+                word_names.push_back(w);
             }
+    }
+
+    // Adds `name` to a name -> id map and its id-ordered list (the next id: the list's size).
+    static void add(std::unordered_map<std::string, std::size_t>& ids, std::vector<std::string>& names,
+                    const std::string& name)
+    {
+        if (ids.emplace(name, names.size()).second) names.push_back(name);
+    }
+
+    // The UPOS id of a tag (0: not seen in training).
+    std::uint32_t tag_id(const std::string& tag) const
+    {
+        const auto t = upos.find(tag);
+        return std::uint32_t(t == upos.end() ? 0 : t->second);
     }
 
     std::size_t sizes(std::size_t f) const
     {
-        const std::size_t s[n_features] = {word_count.size(), suffix_buckets, n_shapes, upos.size() + 1};
+        const std::size_t s[n_features] = {word_count.size(), suffix_buckets, n_shapes, gold_tags ? upos_names.size() : 1};
         return s[f];
     }
 
@@ -236,12 +317,11 @@ struct vocab {
         for (const auto& w : s.words) {
             const std::string lower = lowercase(w.form);
             const auto it = words.find(lower);
-            const auto t = upos.find(w.upos);
             const std::string suffix = lower.size() > 3 ? lower.substr(lower.size() - 3) : lower;
             out.push_back(std::uint32_t(it == words.end() ? 0 : it->second));
-            out.push_back(std::uint32_t(std::hash<std::string>{}(suffix) % suffix_buckets));
+            out.push_back(suffix_bucket(suffix));
             out.push_back(std::uint32_t(shape_of(w.form)));
-            out.push_back(std::uint32_t(t == upos.end() ? 0 : t->second));
+            out.push_back(gold_tags ? tag_id(w.upos) : 0);
         }
     }
 };
@@ -249,7 +329,8 @@ struct vocab {
 // A batch of sentences laid out one after the other: N rows in all.
 struct batch {
     std::vector<std::size_t> lengths, starts;
-    std::vector<std::uint32_t> ids;  // [N][n_features]
+    std::vector<std::uint32_t> ids;   // [N][n_features]
+    std::vector<std::uint32_t> tags;  // [N] the UPOS ids in the file (the tagger's targets in training)
     std::size_t rows = 0;
 
     void add(const vocab& v, const conllu::sentence& s)
@@ -258,6 +339,7 @@ struct batch {
         lengths.push_back(s.words.size());
         rows += s.words.size();
         v.features(s, ids);
+        for (const auto& w : s.words) tags.push_back(v.tag_id(w.upos));
     }
 };
 
@@ -286,6 +368,30 @@ struct param {
     explicit param(std::size_t r = 0, std::size_t c = 0)
         : w(mat::Zero(Eigen::Index(r), Eigen::Index(c))), g(w), m(w), v(w) {}
 };
+
+// Parameters ([rows, cols] each) to `<dir>/<name>.npy`, and back.
+template <class Named>
+void save_params(const std::string& dir, const Named& params)
+{
+    for (const auto& [name, p] : params)
+        biaffine::detail::write_npy(dir + "/" + name + ".npy", dir + "/" + name + ".npy", p->w.data(), std::size_t(p->w.size()),
+                                    {std::size_t(p->w.rows()), std::size_t(p->w.cols())});
+}
+
+// Every file is read and its shape checked against the parameter's before
+// any parameter changes (errors name the file: missing, not .npy, other
+// shape, truncated).
+template <class Named>
+void load_params(const std::string& dir, const Named& params)
+{
+    std::vector<biaffine::tracked_vector<float>> values(params.size());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        const mat& w = params[i].second->w;
+        biaffine::detail::read_npy_checked(dir + "/" + params[i].first + ".npy", {std::size_t(w.rows()), std::size_t(w.cols())},
+                                           values[i]);
+    }
+    for (std::size_t i = 0; i < params.size(); ++i) std::copy(values[i].begin(), values[i].end(), params[i].second->w.data());
+}
 
 class encoder {
 public:
@@ -381,7 +487,34 @@ public:
         }
     }
 
+    // The parameters as .npy files in `dir` (which exists): emb_<f>.npy
+    // [feature ids, D] for word, suffix, shape, UPOS; conv_<l>.npy [3D, D];
+    // bias_<l>.npy [1, D]. The optimiser's moments are not kept.
+    void save(const std::string& dir) const
+    {
+        std::vector<std::pair<std::string, const param*>> r;
+        save_params(dir, named(*this, r));
+    }
+
+    void load(const std::string& dir)
+    {
+        std::vector<std::pair<std::string, param*>> r;
+        load_params(dir, named(*this, r));
+    }
+
 private:
+    // The parameters by file name into `r` (const or not as `self`).
+    template <class Self, class Named>
+    static const Named& named(Self& self, Named& r)
+    {
+        for (std::size_t f = 0; f < self.emb_.size(); ++f) r.emplace_back("emb_" + std::to_string(f), &self.emb_[f]);
+        for (std::size_t l = 0; l < self.conv_.size(); ++l) {
+            r.emplace_back("conv_" + std::to_string(l), &self.conv_[l]);
+            r.emplace_back("bias_" + std::to_string(l), &self.bias_[l]);
+        }
+        return r;
+    }
+
     std::vector<param*> dense()
     {
         std::vector<param*> r;
@@ -464,9 +597,73 @@ std::size_t argmax_row(const float* y, std::size_t o)
     return std::size_t(std::max_element(y, y + o) - y);
 }
 
+// UPOS from the encoder's rows: softmax(H W + b), W [D, T], b [1, T], trained
+// with the parser (its gradient joins the scorers' in dH), so that text
+// without tags gets them and the encoder learns them.
+struct tagger {
+    param w, b;
+
+    tagger(std::size_t width, std::size_t tags) : w(width, tags), b(1, tags) {}
+
+    mat logits(const mat& H) const
+    {
+        mat Y = H * w.w;
+        Y.rowwise() += b.w.row(0);
+        return Y;
+    }
+
+    // Cross-entropy against `gold` [N] (rows with id 0, an unknown tag, left
+    // out), times `scale`, added to dH [N, D]; returns the unscaled sum.
+    double train(const mat& H, const std::vector<std::uint32_t>& gold, double scale, mat& dH)
+    {
+        mat P = logits(H);
+        double loss = 0;
+        for (Eigen::Index t = 0; t < P.rows(); ++t) {
+            auto row = P.row(t);
+            if (gold[std::size_t(t)] == 0) {
+                row.setZero();
+                continue;
+            }
+            const float mx = row.maxCoeff();
+            row = (row.array() - mx).exp();
+            const float z = row.sum();
+            row /= z;
+            loss -= std::log(std::max(double(row(gold[std::size_t(t)])), 1e-30));
+            row(gold[std::size_t(t)]) -= 1.f;
+            row *= float(scale);
+        }
+        w.g.noalias() += H.transpose() * P;
+        b.g.row(0) += P.colwise().sum();
+        dH.noalias() += P * w.w.transpose();
+        return loss;
+    }
+
+    // The best tag id of every row (0, the unknown tag, never).
+    std::vector<std::uint32_t> predict(const mat& H) const
+    {
+        const mat Y = logits(H);
+        std::vector<std::uint32_t> out(std::size_t(Y.rows()), 0);
+        for (Eigen::Index t = 0; Y.cols() > 1 && t < Y.rows(); ++t) {
+            Eigen::Index best = 0;
+            Y.row(t).tail(Y.cols() - 1).maxCoeff(&best);
+            out[std::size_t(t)] = std::uint32_t(best + 1);
+        }
+        return out;
+    }
+
+    void step(const encoder_adam& opt)
+    {
+        for (param* p : {&w, &b}) opt.update(p->w.data(), p->g.data(), p->m.data(), p->v.data(), std::size_t(p->w.size()));
+    }
+
+    std::vector<std::pair<std::string, param*>> named() { return {{"weight", &w}, {"bias", &b}}; }
+    std::vector<std::pair<std::string, const param*>> named() const { return {{"weight", &w}, {"bias", &b}}; }
+};
+
 struct parser {
     const vocab& v;
     encoder enc;
+    tagger tags;
     biaffine::biaffine_scorer<float> arc_scorer, label_scorer;
     biaffine::budget budget;
     biaffine::batch_options opts;
@@ -488,6 +685,7 @@ struct parser {
     parser(const vocab& voc, const options& o)
         : v(voc),
           enc(voc, o.width, o.layers, o.dropout, o.seed),
+          tags(o.width, voc.upos_names.size()),
           arc_scorer(config(o.width, o.arc_hidden, 1, o.seed + 1, o.dropout, o.precision)),
           label_scorer(config(o.width, o.label_hidden, voc.label_names.size(), o.seed + 2, o.dropout, o.precision)),
           budget(biaffine::budget::megabytes(o.budget_mb))
@@ -514,11 +712,13 @@ struct parser {
         const auto dX_labels = label_bp(decltype(labs)::head_grad_views(dL));
         mat dH = Eigen::Map<const mat>(dX_arcs[0].data(), H.rows(), H.cols()) +
                  Eigen::Map<const mat>(dX_labels[0].data(), H.rows(), H.cols());
+        const double tl = tags.train(H, b.tags, scale, dH);
         enc.backward(b, std::move(dH));
         enc.step(enc_opt);
+        tags.step(enc_opt);  // at the encoder's step count
         arc_opt.step(arc_scorer);
         label_opt.step(label_scorer);
-        return (al + ll) / scale;
+        return (al + ll) / scale + tl;
     }
 
     // Parses the sentences in place (HEAD and DEPREL), documents by # newdoc,
@@ -550,6 +750,7 @@ struct parser {
                 doc_rows.push_back(b.rows - before);
             }
             const mat& H = enc.forward(b, false);
+            const std::vector<std::uint32_t> tag_ids = tags.predict(H);
             std::vector<Eigen::Map<const mat>> X;
             for (std::size_t i = 0, r = 0; i < doc_rows.size(); r += doc_rows[i++])
                 X.emplace_back(H.data() + r * H.cols(), Eigen::Index(doc_rows[i]), H.cols());
@@ -563,14 +764,17 @@ struct parser {
                 }
             const biaffine::score_list<float> label_logits = labs.predict_heads(X, splits, heads);
             const std::size_t o = v.label_names.size();
-            for (std::size_t i = 0, k = 0; i < X.size(); ++i) {
+            for (std::size_t i = 0, k = 0, row = 0; i < X.size(); ++i) {
                 std::size_t r = 0;
                 for (std::size_t s = docs[d0 + i].first; s < docs[d0 + i].second; ++s, ++k) {
                     auto& sent = sents[s];
                     const std::size_t n = sent.words.size();
                     conllu::set_scorer_heads(sent, {heads[i].begin() + std::ptrdiff_t(r), heads[i].begin() + std::ptrdiff_t(r + n)});
-                    for (std::size_t m = 0; m < n; ++m)
+                    for (std::size_t m = 0; m < n; ++m, ++row) {
                         sent.words[m].deprel = v.label_names[argmax_row(label_logits[k].data() + m * o, o)];
+                        // A tag where the text has none (a tag given is kept).
+                        if (sent.words[m].upos == "_" && tag_ids[row] != 0) sent.words[m].upos = v.upos_names[tag_ids[row]];
+                    }
                     r += n;
                 }
             }
@@ -596,6 +800,240 @@ void set_threads(parser& p, std::size_t threads)
 {
     Eigen::setNbThreads(int(threads));
     p.opts.threads = threads;
+}
+
+// The dev file parsed as the parser would parse text: without gold tags
+// (UPOS blanked, then predicted) unless it takes them. Returns the scores
+// and the share of words whose predicted UPOS is the gold one (%).
+std::pair<conllu::attachment_scores, double> evaluate_dev(parser& p, const std::vector<conllu::sentence>& dev)
+{
+    auto parsed = dev;
+    if (!p.v.gold_tags)
+        for (auto& s : parsed)
+            for (auto& w : s.words) w.upos = "_";
+    p.parse(parsed);
+    std::size_t words = 0, right = 0;
+    for (std::size_t i = 0; i < dev.size(); ++i)
+        for (std::size_t m = 0; m < dev[i].words.size(); ++m, ++words) right += parsed[i].words[m].upos == dev[i].words[m].upos;
+    return {conllu::evaluate(dev, parsed), conllu::attachment_scores::pct(right, words)};
+}
+
+// What the dev scores were parsed with.
+std::string tags_note(const vocab& v, double tag_acc)
+{
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(2);
+    if (v.gold_tags) s << " (gold UPOS)";
+    else s << " (no gold tags; UPOS predicted " << tag_acc << "%)";
+    return s.str();
+}
+
+// --- text to parse -----------------------------------------------------------
+
+// Plain text: one sentence a line, tokens split at whitespace, blank lines
+// skipped; each sentence keeps its line as `# text = ...`, its words have no
+// annotation (`_`: HEAD and DEPREL set by parsing, UPOS left `_`).
+std::vector<conllu::sentence> read_text(const std::string& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error(path + ": cannot open for reading");
+    std::vector<conllu::sentence> out;
+    std::string line;
+    for (std::size_t lineno = 1; std::getline(in, line); ++lineno) {
+        std::istringstream tokens(line);
+        conllu::sentence s;
+        s.line = lineno;
+        for (std::string t; tokens >> t;) {
+            conllu::word w;
+            w.form = t;
+            w.lemma = w.upos = w.xpos = w.feats = w.deprel = w.deps = w.misc = "_";
+            w.head = conllu::no_head;
+            s.words.push_back(std::move(w));
+        }
+        if (s.words.empty()) continue;
+        const auto isspace = [](unsigned char c) { return std::isspace(c) != 0; };
+        const auto b = std::find_if_not(line.begin(), line.end(), isspace);
+        const auto e = std::find_if_not(line.rbegin(), line.rend(), isspace).base();
+        s.comments.push_back("# text = " + std::string(b, e));
+        out.push_back(std::move(s));
+    }
+    if (in.bad()) throw std::runtime_error(path + ": read failed");
+    return out;
+}
+
+// A file to parse: plain text with --text or when named *.txt, else CoNLL-U
+// (annotated or not).
+std::vector<conllu::sentence> read_input(const std::string& path, bool text)
+{
+    const bool txt = path.size() >= 4 && path.compare(path.size() - 4, 4, ".txt") == 0;
+    return text || txt ? read_text(path) : conllu::read_file(path);
+}
+
+// --- saved parsers -----------------------------------------------------------
+//
+// A folder: manifest.txt (format, version, sizes, the loss and the decoder
+// trained for), words.tsv (count TAB word), upos.txt and labels.txt (the
+// vocabularies in id order, one a line), encoder/*.npy, and arc/*.npy and
+// label/*.npy through the library's save_npy / load_npy. The manifest is
+// written last and removed first: a save that failed half way leaves a
+// folder that does not load.
+
+constexpr const char* model_format = "biaffine-treebank-parser";
+constexpr int model_version = 1;
+constexpr const char* model_loss = "cross_entropy_heads+cross_entropy_labels";
+constexpr const char* model_decoder = "mst";
+constexpr const char* model_suffix_hash = "fnv1a64";
+
+// A saved parser that does not fit: what() names the file and what is wrong.
+struct model_error : std::runtime_error {
+    model_error(const std::string& file, const std::string& what) : std::runtime_error(file + ": " + what) {}
+};
+
+void write_text_file(const std::string& path, const std::string& text)
+{
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw model_error(path, "cannot write (does the folder exist? is the disk full?)");
+}
+
+void write_names(const std::string& path, const std::vector<std::string>& names, std::size_t first)
+{
+    std::string text;
+    for (std::size_t i = first; i < names.size(); ++i) (text += names[i]) += '\n';
+    write_text_file(path, text);
+}
+
+void save_model(const std::string& dir, parser& p, const options& o)
+{
+    namespace fs = std::filesystem;
+    const vocab& v = p.v;
+    const std::string manifest = dir + "/manifest.txt";
+    std::error_code ec;
+    for (const char* sub : {"encoder", "tagger", "arc", "label"})
+        if (fs::create_directories(dir + "/" + sub, ec); ec) throw model_error(dir + "/" + sub, "cannot create: " + ec.message());
+    if (fs::remove(manifest, ec); ec) throw model_error(manifest, "cannot remove the old one: " + ec.message());
+    std::string words;
+    for (std::size_t i = 1; i < v.word_names.size(); ++i)
+        words += std::to_string(v.word_count[i]) + '\t' + v.word_names[i] + '\n';
+    write_text_file(dir + "/words.tsv", words);
+    write_names(dir + "/upos.txt", v.upos_names, 1);
+    write_names(dir + "/labels.txt", v.label_names, 0);
+    p.enc.save(dir + "/encoder");
+    save_params(dir + "/tagger", std::as_const(p.tags).named());
+    biaffine::save_npy(p.arc_scorer, dir + "/arc");
+    biaffine::save_npy(p.label_scorer, dir + "/label");
+    std::ostringstream m;
+    m << "format " << model_format << "\nversion " << model_version << "\nwidth " << o.width << "\nlayers " << o.layers
+      << "\narc_hidden " << o.arc_hidden << "\nlabel_hidden " << o.label_hidden << "\ngold_tags " << (v.gold_tags ? 1 : 0)
+      << "\nprecision " << (o.precision == biaffine::compute_precision::bf16 ? "bf16" : "fp32") << "\nloss " << model_loss
+      << "\ndecoder " << model_decoder << "\nsuffix_buckets " << suffix_buckets << "\nsuffix_hash " << model_suffix_hash << "\n";
+    write_text_file(manifest + ".partial", m.str());
+    if (fs::rename(manifest + ".partial", manifest, ec); ec) throw model_error(manifest, "cannot rename into place: " + ec.message());
+}
+
+// Lines of a text file written by save_model (each ending with '\n').
+std::vector<std::string> read_lines(const std::string& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw model_error(path, "cannot open (missing from the saved parser?)");
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    if (in.bad()) throw model_error(path, "read failed");
+    return lines;
+}
+
+// The manifest's sizes into `o` (returns whether the parser takes gold tags).
+bool read_manifest(const std::string& dir, options& o)
+{
+    const std::string path = dir + "/manifest.txt";
+    std::unordered_map<std::string, std::string> kv;
+    const auto lines = read_lines(path);
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+        const std::size_t sp = lines[i].find(' ');
+        if (sp == std::string::npos || !kv.emplace(lines[i].substr(0, sp), lines[i].substr(sp + 1)).second)
+            throw model_error(path + ":" + std::to_string(i + 1), "expected a line 'key value' with a key not seen before, not '" + lines[i] + "'");
+    }
+    const auto get = [&](const std::string& key) {
+        const auto it = kv.find(key);
+        if (it == kv.end()) throw model_error(path, "no '" + key + "' line");
+        return it->second;
+    };
+    const auto expect = [&](const std::string& key, const std::string& want, const std::string& why) {
+        if (const std::string got = get(key); got != want)
+            throw model_error(path, key + " '" + got + "', this program reads " + key + " '" + want + "' (" + why + ")");
+    };
+    expect("format", model_format, "not a parser saved by train_treebank_parser");
+    expect("version", std::to_string(model_version), "saved by another version of train_treebank_parser");
+    expect("loss", model_loss, "the parser was trained for another loss");
+    expect("decoder", model_decoder, "the parser was trained for another decoder");
+    expect("suffix_buckets", std::to_string(suffix_buckets), "other suffix features");
+    expect("suffix_hash", model_suffix_hash, "other suffix features");
+    const auto size = [&](const std::string& key) {
+        const std::string v = get(key);
+        char* end = nullptr;
+        const auto n = std::strtoull(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0' || n == 0) throw model_error(path, key + " '" + v + "' is not a positive integer");
+        return std::size_t(n);
+    };
+    o.width = size("width");
+    o.layers = size("layers");
+    o.arc_hidden = size("arc_hidden");
+    o.label_hidden = size("label_hidden");
+    const std::string precision = get("precision"), tags = get("gold_tags");
+    if (precision != "fp32" && precision != "bf16") throw model_error(path, "precision '" + precision + "', expected fp32 or bf16");
+    if (tags != "0" && tags != "1") throw model_error(path, "gold_tags '" + tags + "', expected 0 or 1");
+    o.precision = precision == "bf16" ? biaffine::compute_precision::bf16 : biaffine::compute_precision::fp32;
+    if (kv.size() != 12) throw model_error(path, std::to_string(kv.size()) + " keys, version " + std::to_string(model_version) + " has 12");
+    return tags == "1";
+}
+
+// The vocabularies as save_model wrote them (names unique and not empty).
+vocab read_vocab(const std::string& dir, bool gold_tags)
+{
+    vocab v;
+    v.gold_tags = gold_tags;
+    v.word_count.push_back(0);
+    v.word_names.emplace_back();
+    v.upos_names.emplace_back();
+    const auto bad = [](const std::string& path, std::size_t line, const std::string& what) {
+        return model_error(path + ":" + std::to_string(line), what);
+    };
+    const std::string wpath = dir + "/words.tsv";
+    const auto wlines = read_lines(wpath);
+    for (std::size_t i = 0; i < wlines.size(); ++i) {
+        const std::size_t tab = wlines[i].find('\t');
+        char* end = nullptr;
+        const std::string count = wlines[i].substr(0, tab == std::string::npos ? 0 : tab);
+        const auto n = std::strtoull(count.c_str(), &end, 10);
+        if (tab == std::string::npos || count.empty() || *end != '\0' || tab + 1 == wlines[i].size())
+            throw bad(wpath, i + 1, "expected 'count<TAB>word'");
+        const std::string w = wlines[i].substr(tab + 1);
+        if (!v.words.emplace(w, v.word_names.size()).second) throw bad(wpath, i + 1, "the word '" + w + "' again");
+        v.word_names.push_back(w);
+        v.word_count.push_back(std::size_t(n));
+    }
+    for (auto [file, ids, names] : {std::make_tuple("upos.txt", &v.upos, &v.upos_names), std::make_tuple("labels.txt", &v.labels, &v.label_names)}) {
+        const std::string path = dir + "/" + file;
+        const auto lines = read_lines(path);
+        for (std::size_t i = 0; i < lines.size(); ++i) {
+            if (lines[i].empty()) throw bad(path, i + 1, "empty name");
+            if (ids->count(lines[i])) throw bad(path, i + 1, "the name '" + lines[i] + "' again");
+            vocab::add(*ids, *names, lines[i]);
+        }
+    }
+    if (v.label_names.empty()) throw model_error(dir + "/labels.txt", "no relations");
+    return v;
+}
+
+// Loads the parser's weights from `dir` into `p` (built from the same
+// manifest and vocabularies): every file's shape is checked against them.
+void load_weights(const std::string& dir, parser& p)
+{
+    p.enc.load(dir + "/encoder");
+    load_params(dir + "/tagger", p.tags.named());
+    biaffine::load_npy(p.arc_scorer, dir + "/arc");
+    biaffine::load_npy(p.label_scorer, dir + "/label");
 }
 
 }  // namespace
@@ -654,40 +1092,15 @@ void compare_bf16(parser& p, const std::vector<conllu::sentence>& dev, const con
               << std::setprecision(0) << "  parsing dev: fp32 " << ms32 << " ms, bf16 " << ms16 << " ms\n";
 }
 
-int main(int argc, char** argv)
+namespace {
+
+// Trains `p` on `train`, scoring `dev` after every epoch; returns the last scores.
+conllu::attachment_scores train_parser(parser& p, const vocab& v, const options& o, const std::vector<conllu::sentence>& train,
+                                       const std::vector<conllu::sentence>& dev, biaffine::memory_log& log)
 {
-    const options o = parse_args(argc, argv);
-    std::cout << "biaffine " << biaffine::version_string
-              << " - train_treebank_parser: embeddings -> dilated residual CNN -> arc + label scorers\n\n";
-    biaffine::memory_log log;
-    std::vector<conllu::sentence> train, dev;
-    try {
-        train = conllu::read_file(o.train);
-        dev = conllu::read_file(o.dev);
-    } catch (const biaffine::conllu_error& e) {
-        std::cerr << "train_treebank_parser: " << e.what() << "\n";
-        return 2;
-    }
-    const vocab v(train);
     std::size_t train_words = 0;
     for (const auto& s : train) train_words += s.words.size();
-    const auto [left, right] = neighbour_baselines(dev);
-    std::cout << "train: " << o.train << " (" << train.size() << " sentences, " << train_words << " words)\n"
-              << "dev:   " << o.dev << " (" << dev.size() << " sentences)\n"
-              << "vocabulary " << v.word_count.size() << " words, " << v.upos.size() << " UPOS, " << v.label_names.size()
-              << " relations; encoder width " << o.width << ", arc hidden " << o.arc_hidden << ", label hidden "
-              << o.label_hidden << ", " << o.layers << " layers (dilations 1.."
-              << (1u << (o.layers - 1)) << "), threads " << o.threads << ", scorers in "
-              << (o.precision == biaffine::compute_precision::bf16
-                      ? std::string("bf16 (") + biaffine::detail::scorer_bf16_train::math_name() + ")"
-                      : std::string("fp32"))
-              << "\n"
-              << std::fixed << std::setprecision(2) << "baselines on dev: left neighbour UAS " << left
-              << ", right neighbour UAS " << right << "\n";
-    log.checkpoint("treebank read");
-
-    parser p(v, o);
-    set_threads(p, o.threads);
+    conllu::attachment_scores last;
     encoder_adam enc_opt{o.lr};
     example_helpers::adam arc_opt(o.lr), label_opt(o.lr);
     arc_opt.beta2 = label_opt.beta2 = 0.9;
@@ -702,7 +1115,6 @@ int main(int argc, char** argv)
     std::vector<std::size_t> order(train.size());
     std::iota(order.begin(), order.end(), std::size_t(0));
     std::mt19937_64 shuffle_rng(o.seed + 3);
-    conllu::attachment_scores last;
     double train_wall = 0, train_cpu = 0;
     std::size_t epochs_run = 0;
     for (std::size_t epoch = 1; epoch <= o.epochs; ++epoch) {
@@ -724,12 +1136,13 @@ int main(int argc, char** argv)
         train_wall += secs;
         train_cpu += cpu_seconds() - c0;
         ++epochs_run;
-        auto parsed = dev;
-        p.parse(parsed);
-        last = conllu::evaluate(dev, parsed);
+        double tag_acc = 0;
+        std::tie(last, tag_acc) = evaluate_dev(p, dev);
         std::cout << "epoch " << std::setw(3) << epoch << "  loss " << std::setprecision(4) << loss / double(train_words)
                   << "  " << std::setprecision(0) << double(train_words) / secs << " tokens/s  dev UAS "
-                  << std::setprecision(2) << last.uas() << " LAS " << last.las() << std::setprecision(0) << "  (training so far "
+                  << std::setprecision(2) << last.uas() << " LAS " << last.las()
+                  << tags_note(v, tag_acc)
+                  << std::setprecision(0) << "  (training so far "
                   << train_wall << " s wall, " << train_cpu << " s CPU)" << std::endl;
         // Stop when another epoch as long as this one would pass the limit.
         if (o.minutes > 0 && train_wall + secs > 60 * o.minutes) break;
@@ -740,8 +1153,14 @@ int main(int argc, char** argv)
               << "dev UAS " << last.uas() << " LAS " << last.las() << "; without punctuation (gold UPOS PUNCT) UAS "
               << last.uas_no_punct() << " LAS " << last.las_no_punct() << "\n";
 
-    if (o.compare_bf16) compare_bf16(p, dev, last);
+    return last;
+}
 
+// Times parsing the --parse files, writes --out, prints the memory log;
+// returns the exit status (after training: the dev UAS check).
+int parse_files(parser& p, const options& o, const std::vector<conllu::sentence>& dev, biaffine::memory_log& log,
+                const conllu::attachment_scores& last, double best_baseline)
+{
     // Parsing speed, end to end: read -> encode -> score -> decode -> labels -> write.
     for (std::size_t threads : {std::size_t(1), o.threads}) {
         set_threads(p, threads);
@@ -749,7 +1168,7 @@ int main(int argc, char** argv)
         const auto t0 = clock_type::now();
         const double c0 = cpu_seconds();
         for (const auto& f : o.parse_files) {
-            auto sents = conllu::read_file(f);
+            auto sents = read_input(f, o.text);
             p.parse(sents);
             for (const auto& s : sents) words += s.words.size();
             std::ostringstream out;
@@ -764,16 +1183,110 @@ int main(int argc, char** argv)
     }
     log.checkpoint("parsed");
     if (!o.out.empty()) {
-        auto parsed = dev;
+        auto parsed = o.write_parse ? read_input(o.parse_files.front(), o.text) : dev;
+        if (p.v.gold_tags && o.write_parse)
+            for (const auto& s : parsed)
+                if (!s.words.empty() && s.words.front().upos == "_") {
+                    std::cerr << "train_treebank_parser: note: this parser takes gold UPOS tags as a feature but "
+                              << o.parse_files.front() << " has none (line " << s.line
+                              << "); parsing without them (train without --gold-tags for text without tags)\n";
+                    break;
+                }
         p.parse(parsed);
         conllu::write_file(o.out, parsed);
-        std::cout << "wrote the parsed dev file to " << o.out << "\n";
+        std::cout << "wrote the parse of " << (o.write_parse ? o.parse_files.front() : o.dev) << " to " << o.out << "\n";
     }
     std::cout << "\nMemory log (tracked bytes; peak = highest point since the previous checkpoint):\n"
               << log.summary() << "process peak RSS " << std::setprecision(0) << max_rss_mb() << " MB\n";
-    const double bound = std::max(left, right) + baseline_margin;
+    if (!o.model.empty() || !o.check) return 0;  // nothing trained here, or no check asked for
+    const double bound = best_baseline + baseline_margin;
     const bool pass = last.uas() >= bound;
     std::cout << std::setprecision(2) << "\nCheck: dev UAS " << last.uas() << " >= best neighbour baseline + "
               << baseline_margin << " = " << bound << ": " << (pass ? "PASS" : "FAIL") << "\n";
     return pass ? 0 : 1;
+}
+
+// --dev is scored: it must carry a tree (text without one goes to --parse).
+std::vector<conllu::sentence> read_dev(const std::string& path)
+{
+    auto dev = conllu::read_file(path);
+    for (const auto& s : dev)
+        if (!s.annotated())
+            throw std::runtime_error(path + ":" + std::to_string(s.line) +
+                                     ": --dev is scored against its trees, but this sentence has none (HEAD and DEPREL '_'); "
+                                     "parse text without annotation with --parse FILE --out FILE");
+    return dev;
+}
+
+int run(const options& cmd)
+{
+    options o = cmd;  // with --model, the sizes are the saved parser's
+    std::cout << "biaffine " << biaffine::version_string
+              << " - train_treebank_parser: embeddings -> dilated residual CNN -> arc + label scorers\n\n";
+    biaffine::memory_log log;
+    std::vector<conllu::sentence> train, dev;
+    vocab v;
+    if (!o.model.empty()) {
+        const bool gold_tags = read_manifest(o.model, o);
+        v = read_vocab(o.model, gold_tags);
+    } else {
+        train = conllu::read_file(o.train);
+        v = vocab(train, o.gold_tags);
+    }
+    if (!o.dev.empty()) dev = read_dev(o.dev);
+    std::size_t train_words = 0;
+    for (const auto& s : train) train_words += s.words.size();
+    const auto [left, right] = dev.empty() ? std::pair<double, double>{0, 0} : neighbour_baselines(dev);
+    if (o.model.empty()) std::cout << "train: " << o.train << " (" << train.size() << " sentences, " << train_words << " words)\n";
+    else std::cout << "model: " << o.model << " (loaded, not trained)\n";
+    if (!dev.empty()) std::cout << "dev:   " << o.dev << " (" << dev.size() << " sentences)\n";
+    std::cout << "vocabulary " << v.word_count.size() << " words, " << (v.gold_tags ? std::to_string(v.upos.size()) + " gold UPOS (a feature), " : std::string("no UPOS feature, ")) << v.label_names.size()
+              << " relations; encoder width " << o.width << ", arc hidden " << o.arc_hidden << ", label hidden "
+              << o.label_hidden << ", " << o.layers << " layers (dilations 1.."
+              << (1u << (o.layers - 1)) << "), threads " << o.threads << ", scorers in "
+              << (o.precision == biaffine::compute_precision::bf16
+                      ? std::string("bf16 (") + biaffine::detail::scorer_bf16_train::math_name() + ")"
+                      : std::string("fp32"))
+              << "\n" << std::fixed << std::setprecision(2);
+    if (!dev.empty()) std::cout << "baselines on dev: left neighbour UAS " << left << ", right neighbour UAS " << right << "\n";
+    log.checkpoint("treebank read");
+
+    parser p(v, o);
+    set_threads(p, o.threads);
+    conllu::attachment_scores last;
+    if (!o.model.empty()) {
+        load_weights(o.model, p);
+        log.checkpoint("loaded");
+        if (!dev.empty()) {
+            double tag_acc = 0;
+            std::tie(last, tag_acc) = evaluate_dev(p, dev);
+            std::cout << std::setprecision(2) << "dev UAS " << last.uas() << " LAS " << last.las()
+                      << tags_note(v, tag_acc)
+                      << "; without punctuation (gold UPOS PUNCT) UAS " << last.uas_no_punct() << " LAS "
+                      << last.las_no_punct() << "\n";
+        }
+    } else {
+        last = train_parser(p, v, o, train, dev, log);
+        if (!o.save.empty()) {
+            save_model(o.save, p, o);
+            std::cout << "saved the parser to " << o.save << "\n";
+        }
+    }
+    if (o.compare_bf16 && !dev.empty()) compare_bf16(p, dev, last);
+    return parse_files(p, o, dev, log, last, std::max(left, right));
+}
+
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    const options o = parse_args(argc, argv);
+    try {
+        return run(o);
+    } catch (const std::exception& e) {
+        // Unreadable or malformed input, a saved parser that does not fit: said, not abort().
+        std::cerr << "train_treebank_parser: " << e.what() << "\n";
+        return 2;
+    }
 }

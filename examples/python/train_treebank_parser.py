@@ -26,10 +26,22 @@ The Python counterpart of examples/train_treebank_parser.cpp. What to copy into 
   * parsing: read -> encode -> arc logits -> mst_heads -> labels at the
     decoded heads -> CoNLL-U written, timed end to end.
 
+  * a saved parser, Thinc's to_disk / from_disk conventions (Parser.to_disk,
+    Parser.from_disk): a folder with config.json (format, version, sizes, the
+    loss and decoder trained for), vocab.json and model/ (the whole Thinc
+    model's Model.to_disk: encoder, arc scorer and labeler, the averaged
+    parameters that parse).
+
     python3 examples/python/train_treebank_parser.py --train FILE --dev FILE [--epochs N]
         [--minutes M (15)] [--threads N] [--out FILE] [--parse FILE]... [--quick]
         [--width D] [--layers L] [--arc-hidden H] [--label-hidden H] [--lr LR]
-        [--dropout P] [--batch-words W] [--seed S]
+        [--dropout P] [--batch-words W] [--seed S] [--save DIR] [--no-check]
+    python3 examples/python/train_treebank_parser.py --model DIR [--dev FILE] [--parse FILE]...
+        [--out FILE] [--threads N]
+
+--save DIR writes the trained parser (its averaged parameters, which parse);
+--model DIR loads one instead of training and gives the same parses, byte for
+byte. --out FILE writes the parse of the one --parse file (else of the dev file).
 
 Defaults: width 256, 4 blocks, arc hidden 256, label hidden 128, dropout 0.25, lr 2e-3,
 batches of about 1000 words, at most 30 epochs (--quick: 128 / 128 / 64, 500 words, 6 epochs).
@@ -56,9 +68,13 @@ from the rest on a shared machine.
 the ctest smoke test. Exit status 0 when the final dev UAS is at least 15 points
 above the best of two trivial baselines measured on the dev file (every word
 attached to its left neighbour / to its right neighbour); 1 otherwise; 2 on bad
-usage or unreadable input. Without Thinc it prints "SKIPPED: ..." and exits 0.
+usage, unreadable input or a saved parser that does not load (--no-check: 0
+after training; with --model, 0 once parsed). Without Thinc it prints
+"SKIPPED: ..." and exits 0.
 """
 import argparse
+import contextlib
+import json
 import os
 import sys
 import time
@@ -77,7 +93,10 @@ def parse_args(argv):
     ap.add_argument("--minutes", type=float, default=15.0,
                     help="training time limit: no epoch starts that would end past it (default 15; 0: none)")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", help="write the parsed dev file here")
+    ap.add_argument("--out", help="write the parse of the --parse file (else of the dev file) here")
+    ap.add_argument("--save", metavar="DIR", help="save the trained parser to this folder")
+    ap.add_argument("--model", metavar="DIR", help="load a saved parser instead of training")
+    ap.add_argument("--no-check", action="store_true", help="exit 0 after training whatever the dev UAS")
     ap.add_argument("--parse", action="append", default=[], metavar="FILE",
                     help="time parsing this file after training (repeatable; default: the dev file)")
     ap.add_argument("--quick", action="store_true", help="a few seconds on the shipped EWT sample (smoke test)")
@@ -96,8 +115,15 @@ def parse_args(argv):
     if a.quick:
         a.train = a.train or str(SAMPLE_DIR / "en_ewt-sample-train.conllu")
         a.dev = a.dev or str(SAMPLE_DIR / "en_ewt-sample-dev.conllu")
-    if not a.train or not a.dev:
-        ap.error("--train and --dev are required (or --quick)")
+    if a.model:
+        if a.train or a.save or a.quick:
+            ap.error("--model DIR parses with a saved parser: --train, --save and --quick do not go with it")
+        if not a.dev and not a.parse:
+            ap.error("--model DIR needs something to parse: --parse FILE or --dev FILE")
+    elif not a.train or not a.dev:
+        ap.error("--train and --dev are required (or --quick, or --model DIR)")
+    if a.out and len(a.parse) > 1:
+        ap.error(f"--out FILE writes the parse of one --parse file (or of --dev), not of {len(a.parse)}")
     # Unset sizes: --quick's smaller ones, so that the smoke test takes seconds.
     for name, full, quick in (("epochs", 30, 6), ("batch_words", 1000, 500), ("width", 256, 128),
                               ("arc_hidden", 256, 128), ("label_hidden", 128, 64)):
@@ -108,6 +134,7 @@ def parse_args(argv):
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
     if not 0 <= a.dropout < 1 or a.lr <= 0 or a.budget_mb <= 0 or a.minutes < 0:
         ap.error("--dropout must be in [0, 1), --lr and --budget-mb positive, --minutes not negative")
+    a.write_parse = bool(a.parse)
     if not a.parse:
         a.parse = [a.dev]
     return a
@@ -197,6 +224,19 @@ class Vocab:
         self.word_count = np.asarray(word_count, dtype=np.float64)
         self._form_cache = {}
 
+    def to_dict(self):
+        return {"words": self.words, "word_count": self.word_count.tolist(), "upos": self.upos,
+                "label_names": self.label_names}
+
+    @classmethod
+    def from_dict(cls, d):
+        v = cls.__new__(cls)
+        v.words, v.upos, v.label_names = d["words"], d["upos"], d["label_names"]
+        v.labels = {name: i for i, name in enumerate(v.label_names)}
+        v.word_count = np.asarray(d["word_count"], dtype=np.float64)
+        v._form_cache = {}
+        return v
+
     def _form(self, form):
         f = self._form_cache.get(form)
         if f is None:
@@ -267,6 +307,7 @@ class Parser:
 
     def __init__(self, v: Vocab, a):
         self.v = v
+        self.args = a
         self.encoder = build_encoder(v, a.width, a.layers, a.dropout, a.seed)
         budget = biaffine.budget.megabytes(a.budget_mb)
         self.batcher = with_minibatch_by_padded_size(
@@ -277,6 +318,38 @@ class Parser:
         self.labeler = BiaffineLabeler(nO=len(v.label_names), hidden_width=a.label_hidden, dropout=a.dropout,
                                        seed=a.seed + 2, train_outputs="logits", budget=budget, threads=a.threads)
         self.model = Model("treebank_parser", self._forward, layers=[self.encoder, self.arcs, self.labeler])
+
+    FORMAT, VERSION = "biaffine-treebank-parser-py", 1
+    SIZES = ("width", "layers", "arc_hidden", "label_hidden", "dropout", "seed")
+
+    def to_disk(self, path):
+        """Thinc's convention: a folder; config.json written last, so a save that failed half
+        way leaves a folder that does not load."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "config.json").unlink(missing_ok=True)
+        (path / "vocab.json").write_text(json.dumps(self.v.to_dict()), encoding="utf-8")
+        self.model.to_disk(path / "model")
+        config = {"format": self.FORMAT, "version": self.VERSION, "loss": "cross_entropy_heads+cross_entropy_labels",
+                  "decoder": "mst_heads", **{k: getattr(self.args, k) for k in self.SIZES}}
+        (path / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
+
+    @classmethod
+    def from_disk(cls, path, threads: int, budget_mb: float):
+        """A parser as to_disk saved it; a folder that does not fit raises ValueError or OSError
+        naming the file."""
+        path = Path(path)
+        config_path = path / "config.json"
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        for key, want in (("format", cls.FORMAT), ("version", cls.VERSION),
+                          ("loss", "cross_entropy_heads+cross_entropy_labels"), ("decoder", "mst_heads")):
+            if config.get(key) != want:
+                raise ValueError(f"{config_path}: {key} {config.get(key)!r}, this program reads {want!r}")
+        v = Vocab.from_dict(json.loads((path / "vocab.json").read_text(encoding="utf-8")))
+        args = argparse.Namespace(threads=threads, budget_mb=budget_mb, **{k: config[k] for k in cls.SIZES})
+        p = cls(v, args)
+        p.model.from_disk(path / "model")
+        return p
 
     def set_threads(self, n: int):
         self.batcher.attrs["threads"] = n
@@ -380,29 +453,17 @@ class Threads:
         return "thread pools: " + (", ".join(pools) if pools else "none found")
 
 
-def main():
-    a = ARGS
-    print(f"biaffine {biaffine.__version__} ({biaffine.info()['variant']}), thinc "
-          f"{__import__('thinc').__version__}, numpy {np.__version__} - train_treebank_parser.py: "
-          "embeddings -> dilated residual window blocks (Thinc) -> arc + label scorers (biaffine.thinc)\n")
-    fix_random_seed(a.seed)
+def train_parser(a, train, dev, log):
+    """Trains a parser on `train`, scoring `dev` after every epoch; returns the parser, its
+    optimizer (whose averages parse) and the last dev scores."""
     rng = np.random.default_rng(a.seed + 3)
-    log = biaffine.memory_log()
-    try:
-        train, dev = conllu.read(a.train), conllu.read(a.dev)
-    except conllu.ConlluError as e:
-        print(f"train_treebank_parser.py: {e}", file=sys.stderr)
-        return 2
     v = Vocab(train)
     train_words = sum(len(s.words) for s in train)
-    left, right = neighbour_baselines(a.dev)
     print(f"train: {a.train} ({len(train)} sentences, {train_words} words)\n"
-          f"dev:   {a.dev} ({len(dev)} sentences, {sum(len(s.words) for s in dev)} words)\n"
           f"vocabulary {len(v.word_count)} words, {len(v.upos)} UPOS, {len(v.label_names)} relations; "
           f"encoder width {a.width}, {a.layers} blocks (dilations {', '.join(str(2 ** i) for i in range(a.layers))}), "
           f"arc hidden {a.arc_hidden}, label hidden {a.label_hidden}, dropout {a.dropout}, lr {a.lr}, "
-          f"batches of {a.batch_words} words, threads {a.threads}\n"
-          f"baselines on dev: left neighbour UAS {left:.2f}, right neighbour UAS {right:.2f}")
+          f"batches of {a.batch_words} words, threads {a.threads}")
     log.checkpoint("treebank read")
 
     # Every training sentence's features, gold heads and labels, once.
@@ -471,8 +532,56 @@ def main():
           f"dev UAS {last.uas:.2f} LAS {last.las:.2f}; without punctuation (gold UPOS PUNCT) "
           f"UAS {last.uas_no_punct:.2f} LAS {last.las_no_punct:.2f}")
 
+    return p, optimizer, last
+
+
+def main():
+    a = ARGS
+    print(f"biaffine {biaffine.__version__} ({biaffine.info()['variant']}), thinc "
+          f"{__import__('thinc').__version__}, numpy {np.__version__} - train_treebank_parser.py: "
+          "embeddings -> dilated residual window blocks (Thinc) -> arc + label scorers (biaffine.thinc)\n")
+    fix_random_seed(a.seed)
+    log = biaffine.memory_log()
+    try:
+        train = None if a.model else conllu.read(a.train)
+        dev = conllu.read(a.dev) if a.dev else None
+        left, right = neighbour_baselines(a.dev) if a.dev else (0.0, 0.0)
+    except conllu.ConlluError as e:
+        print(f"train_treebank_parser.py: {e}", file=sys.stderr)
+        return 2
+    if dev is not None:
+        print(f"dev:   {a.dev} ({len(dev)} sentences, {sum(len(s.words) for s in dev)} words); "
+              f"baselines: left neighbour UAS {left:.2f}, right neighbour UAS {right:.2f}")
+    if a.model:
+        try:
+            p = Parser.from_disk(a.model, a.threads, a.budget_mb)
+        except (OSError, ValueError, KeyError) as e:  # the file is in the message
+            print(f"train_treebank_parser.py: cannot load the parser in {a.model}: {type(e).__name__}: {e}",
+                  file=sys.stderr)
+            return 2
+        print(f"model: {a.model} (loaded, not trained)")
+        log.checkpoint("loaded")
+        averaged = contextlib.nullcontext
+        last = None
+        if dev is not None:
+            parsed = conllu.read(a.dev)
+            p.parse(parsed)
+            last = conllu.evaluate(dev, parsed)
+            print(f"dev UAS {last.uas:.2f} LAS {last.las:.2f}")
+    else:
+        p, optimizer, last = train_parser(a, train, dev, log)
+
+        def averaged():
+            return p.model.use_params(optimizer.averages)
+
+        if a.save:
+            with averaged():
+                p.to_disk(a.save)
+            print(f"saved the parser to {a.save}")
+    threads = Threads(p)
+
     # Parsing speed, end to end: read -> encode -> score -> decode -> labels -> write.
-    with p.model.use_params(optimizer.averages):
+    with averaged():
         for n in sorted({1, a.threads}):
             threads.set(n)
             words = 0
@@ -487,14 +596,17 @@ def main():
                   f"{words / secs:.0f} words/s ({words / cpu:.0f} words per CPU second)")
         log.checkpoint("parsed")
         if a.out:
-            parsed = conllu.read(a.dev)
+            source = a.parse[0] if a.write_parse else a.dev
+            parsed = conllu.read(source)
             p.parse(parsed)
             conllu.write(a.out, parsed)
-            print(f"wrote the parsed dev file to {a.out}")
+            print(f"wrote the parse of {source} to {a.out}")
     print("\nMemory log (bytes tracked by the C++ library; peak = highest point since the previous checkpoint):")
     print(log.summary(), end="")
     print(f"peak memory: {biaffine.format_bytes(log.peak_bytes())} tracked by the library, "
           f"process max RSS {max_rss_mb():.0f} MB")
+    if a.model or a.no_check:
+        return 0
     bound = max(left, right) + BASELINE_MARGIN
     ok = last.uas >= bound
     print(f"\nCheck: dev UAS {last.uas:.2f} >= best neighbour baseline + {BASELINE_MARGIN:.0f} = {bound:.2f}: "
