@@ -35,7 +35,8 @@ skip() {
 wheel=
 # In CI the wheel step's repaired wheel, built a step before.
 if [ -z "${BIAFFINE_WHEEL:-}" ] && [ "${CI:-}" = true ]; then
-  BIAFFINE_WHEEL=$(ls build-wheel/wheelhouse/biaffine-*.whl 2>/dev/null | head -1)
+  # (|| true: under pipefail a failing ls would end the script here, silently)
+  BIAFFINE_WHEEL=$(ls build-wheel/wheelhouse/biaffine-*.whl 2>/dev/null | head -1 || true)
   [ -n "$BIAFFINE_WHEEL" ] || fail "CI=true and no wheel in build-wheel/wheelhouse (the wheel step failed?)"
 fi
 if [ -n "${BIAFFINE_WHEEL:-}" ]; then

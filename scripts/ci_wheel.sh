@@ -36,7 +36,8 @@ if ! "$w/build-venv/bin/pip" install -q "scikit-build-core>=0.10" "pybind11>=2.1
 fi
 
 # 1. The wheel; nothing in the checkout may change (git's ignore rules
-# aside: find sees every file written after the stamp).
+# aside: find sees every file written after the stamp). The build-* folders
+# are other CI steps', which .ci/run may be running beside this one.
 stamp="$w/stamp"
 touch "$stamp"
 sleep 1
@@ -44,7 +45,8 @@ sleep 1
 # avx512, amxbf16) at the wheel's -O3; scripts/ci_werror.sh leaves them here.
 "$w/build-venv/bin/pip" wheel -q --no-build-isolation --no-deps -w "$w/dist" \
   --config-settings=cmake.define.BIAFFINE_WERROR=ON .
-written=$(find . -path ./.git -prune -o -path "./$w" -prune -o -newer "$stamp" -print | head -20)
+find . -path ./.git -prune -o -path "./build-*" -prune -o -newer "$stamp" -print > "$w/written.txt"
+written=$(head -20 "$w/written.txt")
 if [ -n "$written" ]; then
   echo "ci_wheel: pip wheel wrote into the checkout:" >&2
   echo "$written" >&2
