@@ -109,7 +109,11 @@ def test_repeated_predict_keeps_tracker_and_rss_flat():
     del Y
     gc.collect()
     assert biaffine.memory_stats()["current_bytes"] == base
-    assert rss_bytes() - rss0 < 4 << 20
+    # Under AddressSanitizer (CI's sanitizer build says so in the tests'
+    # environment) freed memory waits in ASan's quarantine, so the resident
+    # size grows whatever the library does; the tracker's figure above stands.
+    if os.environ.get("BIAFFINE_TEST_ASAN") != "1":
+        assert rss_bytes() - rss0 < 4 << 20
 
 
 def test_parameters_are_views_of_the_scorer():
