@@ -43,6 +43,10 @@ def main():
     a = ap.parse_args()
     if a.repeat < 1 or a.files_per_copy < 1:
         ap.error("--repeat and --files-per-copy must be at least 1")
+    # One thread a process, as Ray gives an actor of one CPU (OMP_NUM_THREADS=1): the plain
+    # process too, before numpy loads its BLAS.
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
+        os.environ[var] = "1"
     # The actors import the examples (parse_corpus_ray, train_treebank_parser): a local
     # cluster's workers inherit this environment.
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(EXAMPLES), os.environ.get("PYTHONPATH")]))
@@ -81,12 +85,13 @@ def main():
     # plain: one process, the example's own code, written to disk as the actors write.
     plain_out = work / "out_plain"
     plain_out.mkdir(exist_ok=True)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     parser = ttp.Parser.from_disk(model, 1, 16.0)
     for path in inputs:
         (plain_out / path.name).write_bytes(conllu.format_sentences(ttp.parse_file(parser, path)).encode("utf-8"))
-    plain = time.perf_counter() - t0
-    print(f"plain process:  {plain:7.1f} s  {words / plain:8.0f} words/s (parser load included)", flush=True)
+    plain, plain_cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(f"plain process:  {plain:7.1f} s  {words / plain:8.0f} words/s (parser load included); "
+          f"{words / plain_cpu:.0f} words per CPU second", flush=True)
     del parser
 
     ray.init(num_cpus=2, include_dashboard=False)
@@ -116,14 +121,18 @@ def main():
             print(f"ray {workers}: FAILED: {bad[:3]} {len(differ)} outputs differ from the plain process's", flush=True)
             failed = True
         busy = sum(float(r["seconds"]) for r in rows)
-        print(f"ray, {workers} worker(s): {secs:7.1f} s  {words / secs:8.0f} words/s  (actors busy {busy:.1f} s in "
-              f"parse_one: {words / busy * workers:.0f} words/s of {workers} actor(s))", flush=True)
+        cpu = sum(float(r["cpu_seconds"]) for r in rows)
+        # CPU / busy: the share of a core an actor got while parsing (a loaded machine gives less than 1).
+        print(f"ray, {workers} worker(s): {secs:7.1f} s  {words / secs:8.0f} words/s  (actors busy {busy:.1f} s, "
+              f"{cpu:.1f} s CPU: {words / cpu:.0f} words per CPU second, {cpu / busy:.2f} of a core while busy)",
+              flush=True)
         by_pid = {}
         for r in rows:
             by_pid.setdefault(int(r["pid"]), []).append(float(r["rss_mb"]))
         for pid, rss in sorted(by_pid.items()):
             print(f"  actor pid {pid}: {len(rss)} files, resident MB after the first {rss[0]:.0f}, peak {max(rss):.0f}, "
-                  f"last {rss[-1]:.0f}, median {statistics.median(rss):.0f}")
+                  f"last {rss[-1]:.0f}, median {statistics.median(rss):.0f}; after each file: "
+                  + " ".join(f"{x:.0f}" for x in rss))
     ray.shutdown()
     print(f"\nspeed-up 1 -> 2 workers: {results[1] / results[2]:.2f}x; Ray (1 worker) against the plain process: "
           f"{100 * (results[1] / plain - 1):+.1f}% time")

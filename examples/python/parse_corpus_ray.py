@@ -18,9 +18,10 @@ of which loads the saved parser once (train_treebank_parser.Parser.from_disk) an
 file per call, so a file is never split between tasks. Ray restarts an actor that died and runs
 its calls again (Ray Data's default for actor pools), so a file may be parsed twice; the output
 is written exactly once all the same: each attempt writes a temporary name of its own in OUT
-(host, process id, random part), then renames it into place (atomic on one filesystem), and the
-temporary files of dead attempts are removed (by the next attempt on the same host, and by the
-driver once every file is done). An output that exists is finished: a re-run skips it.
+(host, process id, random part), then renames it into place (atomic on one filesystem); the
+driver removes the temporary files of dead attempts once every file is done (one listing of OUT,
+on every run: a run that was itself killed leaves them to the next). An output that exists is
+finished: a re-run skips it.
 
 A bad input file (not CoNLL-U, not UTF-8, unreadable) is caught in the task - an exception left
 to Ray would fail the whole dataset - and reported as "file:line: what" at the end; the other
@@ -109,21 +110,16 @@ def plan(inputs, out_dir):
     return pairs
 
 
-def is_temporary_of(name, dst):
-    """Whether `name` (a file name in dst's folder) is a temporary output of dst."""
-    return name.startswith("." + os.path.basename(dst) + TMP_MARK)
-
-
-def remove_dead_temporaries(dst, host):
-    """Removes dst's temporary files left by processes of this host that no longer run."""
-    folder = os.path.dirname(dst)
-    prefix = "." + os.path.basename(dst) + TMP_MARK + host + "-"
-    for name in os.listdir(folder):
-        if not name.startswith(prefix):
-            continue
-        pid = name[len(prefix):].split("-", 1)[0]
-        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-            with_missing_ok(os.unlink, os.path.join(folder, name))
+def remove_temporaries(out_dir, dsts):
+    """Removes the temporary files of the outputs `dsts` in out_dir; called when no attempt runs,
+    so each is a dead attempt's. One listing of the folder, whatever the number of files."""
+    names = {os.path.basename(d) for d in dsts}
+    removed = 0
+    for name in os.listdir(out_dir):
+        if name.startswith(".") and TMP_MARK in name and name[1:name.rindex(TMP_MARK)] in names:
+            with_missing_ok(os.unlink, os.path.join(out_dir, name))
+            removed += 1
+    return removed
 
 
 def with_missing_ok(fn, path):
@@ -142,8 +138,8 @@ def rss_mb():
 class ParseFiles:
     """A Ray Data actor: loads the saved parser once; each call parses whole files. Batches are
     {"src": [...], "dst": [...]}; each row gives status ("parsed", "finished": the output existed,
-    "failed"), the error ("file:line: what"), sentences, words, seconds, and the actor's pid and
-    resident MB after the file."""
+    "failed"), the error ("file:line: what"), sentences, words, seconds (wall and the process's
+    CPU), and the actor's pid and resident MB after the file."""
 
     def __init__(self, model, fmt, threads, budget_mb):
         if str(EXAMPLES) not in sys.path:
@@ -157,7 +153,6 @@ class ParseFiles:
     def parse_one(self, src, dst):
         if os.path.exists(dst):  # an earlier attempt of this file finished before its actor died
             return "finished", "", 0, 0
-        remove_dead_temporaries(dst, self.host)
         tmp = os.path.join(os.path.dirname(dst), f".{os.path.basename(dst)}{TMP_MARK}{self.host}-{os.getpid()}-"
                                                  f"{uuid.uuid4().hex}")
         try:
@@ -174,13 +169,14 @@ class ParseFiles:
         return "parsed", "", len(sents), sum(len(s.words) for s in sents)
 
     def __call__(self, batch):
-        cols = {k: [] for k in ("src", "dst", "status", "error", "sentences", "words", "seconds", "pid", "rss_mb")}
+        cols = {k: [] for k in ("src", "dst", "status", "error", "sentences", "words", "seconds", "cpu_seconds",
+                                "pid", "rss_mb")}
         for src, dst in zip(batch["src"], batch["dst"]):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             status, error, n_sents, n_words = self.parse_one(str(src), str(dst))
             for k, v in (("src", str(src)), ("dst", str(dst)), ("status", status), ("error", error),
                          ("sentences", n_sents), ("words", n_words), ("seconds", time.perf_counter() - t0),
-                         ("pid", os.getpid()), ("rss_mb", rss_mb())):
+                         ("cpu_seconds", time.process_time() - c0), ("pid", os.getpid()), ("rss_mb", rss_mb())):
                 cols[k].append(v)
         return cols
 
@@ -272,15 +268,14 @@ def main(argv=None):
             progress.close()
             ray.shutdown()
         secs = time.perf_counter() - t0
-        # Every file is done: a temporary file left now is a dead attempt's.
-        for _, dst in todo:
-            folder = os.path.dirname(dst)
-            for name in os.listdir(folder):
-                if is_temporary_of(name, dst):
-                    with_missing_ok(os.unlink, os.path.join(folder, name))
         n_words = sum(int(r["words"]) for r in rows)
         print(f"parsed {sum(r['status'] == 'parsed' for r in rows)} files, {sum(int(r['sentences']) for r in rows)} "
               f"sentences, {n_words} words in {secs:.1f} s ({n_words / secs:.0f} words/s, start-up included)")
+    # Every attempt has ended: a temporary file left now is a dead attempt's (of this run or of
+    # an earlier one that was itself killed).
+    removed = remove_temporaries(os.path.abspath(a.out), [d for _, d in pairs])
+    if removed:
+        print(f"removed {removed} temporary file(s) of attempts that died")
     failed = [r for r in rows if r["status"] == "failed"]
     for r in failed:
         print(f"parse_corpus_ray.py: failed: {r['error']}", file=sys.stderr)
