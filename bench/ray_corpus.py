@@ -130,7 +130,8 @@ def main():
         for r in rows:
             by_pid.setdefault(int(r["pid"]), []).append(float(r["rss_mb"]))
         for pid, rss in sorted(by_pid.items()):
-            print(f"  actor pid {pid}: {len(rss)} files, resident MB after the first {rss[0]:.0f}, peak {max(rss):.0f}, "
+            print(f"  actor pid {pid}: {len(rss)} files, resident MB after the first {rss[0]:.0f}, "
+                  f"peak {max(rss):.0f}, "
                   f"last {rss[-1]:.0f}, median {statistics.median(rss):.0f}; after each file: "
                   + " ".join(f"{x:.0f}" for x in rss))
     ray.shutdown()

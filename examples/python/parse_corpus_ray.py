@@ -182,7 +182,7 @@ class ParseFiles:
 
 
 class Progress:
-    """tqdm when installed (Ray Data brings it), else a line every 10 s."""
+    """tqdm when installed (biaffine[ray] brings it), else a line every 10 s."""
 
     def __init__(self, total, enabled):
         self.total, self.done, self.last = total, 0, time.monotonic()

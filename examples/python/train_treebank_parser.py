@@ -636,7 +636,8 @@ def train_parser(a, train, dev, log):
         with p.model.use_params(optimizer.averages):
             last, tag_acc = parse_dev(p, a.dev, dev)
         print(f"epoch {epoch:3d}  loss {loss / train_words:.4f}  {train_words / secs:6.0f} words/s  "
-              f"dev UAS {last.uas:.2f} LAS {last.las:.2f} UPOS {tag_acc:.2f}  (training so far {train_wall:.0f} s wall, "
+              f"dev UAS {last.uas:.2f} LAS {last.las:.2f} UPOS {tag_acc:.2f}  "
+              f"(training so far {train_wall:.0f} s wall, "
               f"{train_cpu:.0f} s CPU)", flush=True)
         if a.minutes > 0 and train_wall + secs > 60 * a.minutes:
             break
