@@ -1,4 +1,4 @@
-// biaffine/detail/scorer_bf16.hpp - a float scorer's inference in bf16
+// biaffine/detail/scorer/bf16.hpp - a float scorer's inference in bf16
 // (scorer_config::precision = compute_precision::bf16): predict_into's other
 // path, for every output kind, and what it costs.
 //
@@ -21,7 +21,7 @@
 #include "biaffine/detail/checked.hpp"
 #include "biaffine/detail/compute/bf16_forward.hpp"
 #include "biaffine/detail/output_kind.hpp"
-#include "biaffine/scorer.hpp"
+#include "biaffine/detail/scorer/declaration.hpp"
 #include "biaffine/workspace.hpp"
 
 BIAFFINE_NAMESPACE_BEGIN
