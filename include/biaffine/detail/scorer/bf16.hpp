@@ -30,6 +30,16 @@ namespace detail {
 }  // namespace detail
 
 template <class T, class Backend, class Out>
+const char* biaffine_scorer<T, Backend, Out>::bf16_arithmetic() noexcept
+{
+    if constexpr (std::is_same<T, float>::value) {
+        return detail::scorer_bf16_forward::math_name();
+    } else {
+        return "none (compute_precision::bf16 needs a float scorer)";
+    }
+}
+
+template <class T, class Backend, class Out>
 template <class Kind, class Items, class Heads, class Dest, class Done>
 void biaffine_scorer<T, Backend, Out>::predict_into_bf16(const Items& X, const Heads& H, Dest&& dest, Done&& done) const
 {

@@ -182,6 +182,10 @@ public:
     }
     /// The compute backend (its `name`, `operations`, prepared_version()).
     const Backend& compute_backend() const noexcept { return backend_; }
+    /// What runs compute_precision::bf16 in this build on this CPU: its name
+    /// ("amx_bf16", "avx512_bf16" or "emulated") and how, e.g. "emulated (fp32
+    /// kernels on bf16-rounded operands)"; "none (...)" for a double scorer.
+    static const char* bf16_arithmetic() noexcept;
 
     const tensor<T, 2>& head_weight() const noexcept { return wh_; }        ///< Wh `[h, n_in]`
     const tensor<T, 1>& head_bias() const noexcept { return bh_; }          ///< bh `[h]`
