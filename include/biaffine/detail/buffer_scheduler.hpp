@@ -14,7 +14,13 @@
 // or once every earlier buffer has (batches of one buffer deliver together,
 // a concurrent sink). A batch asks for its turn without blocking (poll) and
 // computes on while it has room to hold what it cannot deliver yet
-// (detail/stream_delivery.hpp), or blocks (wait). Errors keep the one-thread
+// (detail/stream_delivery.hpp), or blocks (wait). A thread ends up waiting
+// when it finishes a batch before an earlier, longer one: a buffer's first
+// batch (its longest splits, what is left when the full batches are cut) is
+// often far smaller than the next, so a thread passes over such a batch
+// once (pick_batch) and the next free thread takes it, and the two finish
+// together instead of one idling while the other runs the big one. Errors
+// keep the one-thread
 // contract: nothing is delivered after the first failing batch (batch order)
 // or from a buffer after the first failing one's; the earliest batch's error
 // is the one rethrown.
@@ -131,8 +137,9 @@ private:
     struct buffer {
         tracked_vector<seq_view<const T>> items;
         tracked_vector<seq_view<const T>> batch_items;  // items grouped by batch
-        // Lengths to plan; once planned, per batch: finished (1) or not (no
-        // array of its own, so the bookkeeping stays as it is accounted).
+        // Lengths to plan; once planned, per batch: unclaimed, claimed or
+        // finished (no array of its own, so the bookkeeping stays as it is
+        // accounted).
         tracked_vector<std::size_t> lengths;
         tracked_vector<std::size_t> order;
         tracked_vector<std::size_t> global;  // input index of batch_items[i]
@@ -141,10 +148,13 @@ private:
         std::size_t first_seq = 0;  // the sequence number of its batch 0
         std::size_t n_batches = 0;
         std::size_t next = 0;       // first batch not yet claimed
+        std::size_t claimed = 0;    // batches claimed
         std::size_t running = 0;    // claimed, not finished
         std::size_t finished = 0;   // batches 0..finished-1 have all finished
+        bool passed_over = false;   // batch `next` was passed over once: the next claim takes it
         bool live = false;
     };
+    static constexpr std::size_t batch_unclaimed = 0, batch_claimed = 1, batch_finished = 2;  // in `lengths`
 
 public:
     /// A batch's view of its turn (see the class comment).
@@ -215,7 +225,7 @@ private:
             // Nothing is claimed in or after a buffer with a failed batch, nor
             // planned after any failure (its batches could not deliver).
             const bool failed = failed_seq_ != std::numeric_limits<std::size_t>::max();
-            if (s == nullptr || s->next == s->n_batches || failed_seq_ < s->first_seq + s->n_batches) {
+            if (s == nullptr || s->claimed == s->n_batches || failed_seq_ < s->first_seq + s->next) {
                 if (all_planned() || failed) return;
                 try {
                     plan_next();
@@ -225,7 +235,7 @@ private:
                 }
                 continue;
             }
-            const std::size_t b = s->next++;
+            const std::size_t b = pick_batch(*s);
             ++s->running;
             lock.unlock();
             try {
@@ -234,11 +244,33 @@ private:
                 fail(s->first_seq + b, std::current_exception());
             }
             lock.lock();
-            s->lengths[b] = 1;
-            while (s->finished < s->n_batches && s->lengths[s->finished] != 0) ++s->finished;
-            if (--s->running == 0 && s->next == s->n_batches) s->live = false;
+            s->lengths[b] = batch_finished;
+            while (s->finished < s->n_batches && s->lengths[s->finished] == batch_finished) ++s->finished;
+            if (--s->running == 0 && s->claimed == s->n_batches) s->live = false;
             if (s_.threads > 1) turn_.notify_all();  // the next batch's turn may have come
         }
+    }
+
+    // Claims a batch of `s` (mutex held): the first unclaimed one, or once,
+    // the one after it when that has at least 1.5 times its padded rows and
+    // nothing failed (a batch before a failed one must still run).
+    std::size_t pick_batch(buffer& s)
+    {
+        std::size_t b = s.next;
+        const std::size_t after = b + 1;
+        const auto rows = [&](std::size_t i) { return s.plan[i].count * s.plan[i].max_len; };
+        if (s_.threads > 1 && !s.passed_over && after < s.n_batches && s.lengths[after] == batch_unclaimed &&
+            failed_seq_ == std::numeric_limits<std::size_t>::max() && 2 * rows(after) >= 3 * rows(b)) {
+            s.passed_over = true;
+            b = after;
+        } else {
+            s.passed_over = false;
+            while (++s.next < s.n_batches && s.lengths[s.next] != batch_unclaimed) {
+            }
+        }
+        s.lengths[b] = batch_claimed;
+        ++s.claimed;
+        return b;
     }
 
     // The largest workspace of any batch within the limit, from planning
@@ -318,14 +350,16 @@ private:
             }
         }
         s_.batch_count->add(nb);
-        std::fill(s->lengths.begin(), s->lengths.begin() + static_cast<std::ptrdiff_t>(nb), std::size_t(0));
+        std::fill(s->lengths.begin(), s->lengths.begin() + static_cast<std::ptrdiff_t>(nb), batch_unclaimed);
         s->index = next_buffer_++;
         s->first_seq = next_seq_;
         next_seq_ += nb;
         s->n_batches = nb;
         s->next = 0;
+        s->claimed = 0;
         s->running = 0;
         s->finished = 0;
+        s->passed_over = false;
         s->live = nb != 0;
         newest_ = s;
     }
