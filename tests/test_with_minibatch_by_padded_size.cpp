@@ -547,6 +547,29 @@ std::vector<streamed_split> record_stream(const Layer& layer, stream_kind kind,
     return calls;
 }
 
+// The small scorer of the stream-order tests: 3 labels, so a split's
+// scores are n x n x 3.
+biaffine_scorer<float> stream_order_scorer(std::uint64_t seed)
+{
+    scorer_config c;
+    c.n_in = 8;
+    c.hidden = 6;
+    c.labels = 3;
+    c.seed = seed;
+    return biaffine_scorer<float>(c);
+}
+
+// A serialised sink's calls: the one-thread splits, bytes and order.
+void require_one_thread_calls(const std::vector<streamed_split>& got, const std::vector<streamed_split>& want)
+{
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        INFO("call " << i);
+        REQUIRE(got[i].split == want[i].split);
+        REQUIRE(got[i].values == want[i].values);
+    }
+}
+
 }  // namespace
 
 TEST_CASE("with_minibatch_by_padded_size: a stream on 1, 2 and 4 threads hands the sink the one-thread splits, bytes "
@@ -558,13 +581,8 @@ TEST_CASE("with_minibatch_by_padded_size: a stream on 1, 2 and 4 threads hands t
     // buffer are computed while an earlier one delivers. The slow sink
     // (sleeping) lets every other thread get as far ahead as it can.
     std::mt19937 rng(4242);
-    scorer_config c;
-    c.n_in = 8;
-    c.hidden = 6;
-    c.labels = 3;
-    c.seed = 11;
-    biaffine_scorer<float> sc(c);
-    const item_set<float> items = make_items<float>(rng, random_lengths(rng, 150, 24), c.n_in);
+    const biaffine_scorer<float> sc = stream_order_scorer(11);
+    const item_set<float> items = make_items<float>(rng, random_lengths(rng, 150, 24), sc.n_in());
     std::vector<std::vector<std::size_t>> heads(items.views.size());
     for (std::size_t k = 0; k < heads.size(); ++k) {
         for (std::size_t i = 0; i < items.lengths[k]; ++i) {
@@ -601,14 +619,10 @@ TEST_CASE("with_minibatch_by_padded_size: a stream on 1, 2 and 4 threads hands t
                         record_stream(layer, kind, items.views, heads, std::chrono::microseconds(pause_us));
                     REQUIRE(tracker().peak_bytes() - before <= layer.threads_for(items.views.size()) * b.value);
                     REQUIRE(tracker().current_bytes() == before);
-                    REQUIRE(got.size() == want.size());
                     if (!concurrent) {
-                        for (std::size_t i = 0; i < got.size(); ++i) {
-                            INFO("call " << i);
-                            REQUIRE(got[i].split == want[i].split);
-                            REQUIRE(got[i].values == want[i].values);
-                        }
+                        require_one_thread_calls(got, want);
                     } else {
+                        REQUIRE(got.size() == want.size());
                         // Every split once, with the one-thread bytes; buffers in order.
                         std::vector<const streamed_split*> by_split(want.size(), nullptr);
                         for (const streamed_split& w : want) by_split[w.split] = &w;
@@ -624,6 +638,44 @@ TEST_CASE("with_minibatch_by_padded_size: a stream on 1, 2 and 4 threads hands t
                         for (int x : seen) REQUIRE(x == 1);
                     }
                 }
+            }
+        }
+    }
+}
+
+TEST_CASE("with_minibatch_by_padded_size: a stream on threads whose lone oversize splits have no room to park "
+          "waits for their turn: the one-thread order",
+          "[with_minibatch_by_padded_size][threads][stream]")
+{
+    // Every 7th split is too long for the budget alone (run_alone): its batch
+    // gets no parking room beside its scratch, so it must wait for its turn
+    // at its first split rather than deliver early; the slow sink keeps the
+    // batch before it delivering while the other thread gets there.
+    std::mt19937 rng(777);
+    const biaffine_scorer<float> sc = stream_order_scorer(5);
+    std::vector<std::size_t> lengths = random_lengths(rng, 60, 24);
+    for (std::size_t k = 3; k < lengths.size(); k += 7) lengths[k] = 70;
+    const item_set<float> items = make_items<float>(rng, lengths, sc.n_in());
+    const std::vector<std::vector<std::size_t>> heads;
+    batch_options one;
+    one.buffer = 12;
+    const budget b = budget::bytes(28 * 1024);
+    for (stream_kind kind : {stream_kind::scores, stream_kind::scores_into}) {
+        auto layer1 = with_minibatch_by_padded_size(sc, b, one);
+        const std::vector<streamed_split> want = record_stream(layer1, kind, items.views, heads, {});
+        REQUIRE(want.size() == items.views.size());
+        REQUIRE(layer1.oversize_count() >= 8);
+        for (std::size_t threads : {std::size_t(2), std::size_t(4)}) {
+            for (int pause_us : {0, 300}) {
+                INFO("kind " << static_cast<int>(kind) << " threads " << threads << " pause " << pause_us << " us");
+                batch_options o = one;
+                o.threads = threads;
+                auto layer = with_minibatch_by_padded_size(sc, b, o);
+                const std::uint64_t before = tracker().current_bytes();
+                const std::vector<streamed_split> got =
+                    record_stream(layer, kind, items.views, heads, std::chrono::microseconds(pause_us));
+                REQUIRE(tracker().current_bytes() == before);
+                require_one_thread_calls(got, want);
             }
         }
     }
