@@ -512,11 +512,15 @@ def test_stream_blocks_kept_by_the_callback_stay_valid(labels, pad, threads):
         assert np.array_equal(np.asarray(mv), seen[k]), k
         np.testing.assert_allclose(a, want[k], rtol=1e-5, atol=1e-6, err_msg=f"split {k}")
     assert len(set(addresses)) == 5  # each kept block is its own memory
-    # A callback that keeps nothing gets one block, reused.
+    # A callback that keeps nothing gets one block, reused (on one thread: on
+    # several, a split computed before its turn waits parked in its thread's
+    # block, each at its own place there, and is handed out from it).
     addresses.clear()
     s.predict_stream(docs, lengths, lambda k, d, v: addresses.append(v.__array_interface__["data"][0]),
                      budget=biaffine.budget.items(3000), threads=threads, pad_seq_unpad_matrix=pad)
-    assert len(addresses) == 5 and len(set(addresses)) < 5
+    assert len(addresses) == 5
+    if threads == 1:
+        assert len(set(addresses)) < 5
 
 
 @pytest.mark.parametrize("heads", [False, True])
