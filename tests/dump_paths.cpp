@@ -10,8 +10,9 @@
 // its backward; labels at heads (predict_heads, forward_heads and backward);
 // the padded interface (both kinds); with_splits over the batcher over the
 // scorer and over with_pad_seq_unpad_matrix (both kinds, forward and
-// backward); float and double; one label and several. OUT.idx lists each
-// record's name, offset and bytes, to find the first differing path.
+// backward); float and double, and float in compute_precision::bf16; one
+// label and several. OUT.idx lists each record's name, offset and bytes, to
+// find the first differing path.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -216,7 +217,7 @@ void run_config(const std::string& tag, scorer_config cfg)
 }
 
 template <class T>
-void run_type(const std::string& name)
+void run_type(const std::string& name, compute_precision precision = compute_precision::fp32)
 {
     for (std::size_t o : {std::size_t(1), std::size_t(3)}) {
         for (double drop : {0.0, 0.25}) {
@@ -226,6 +227,7 @@ void run_type(const std::string& name)
             cfg.labels = o;
             cfg.dropout = drop;
             cfg.seed = 11 + o;
+            cfg.precision = precision;
             run_config<T>(name + "/o" + std::to_string(o) + (drop > 0 ? "/drop" : ""), cfg);
         }
     }
@@ -236,6 +238,7 @@ void run_type(const std::string& name)
     cfg.labels = 2;
     cfg.bias_u = false;
     cfg.seed = 5;
+    cfg.precision = precision;
     run_config<T>(name + "/wide", cfg);
 }
 
@@ -251,6 +254,9 @@ int main(int argc, char** argv)
     if (argc > 2) g_idx.open(argv[2]);
     run_type<float>("float");
     run_type<double>("double");
+    // bf16 inference and training (float scorers): the arithmetic
+    // bf16_arithmetic() names, AMX, VDPBF16PS or emulated.
+    run_type<float>("float/bf16", compute_precision::bf16);
     std::printf("%s: %llu bytes (backend float: %s, double: %s)\n", argv[1], static_cast<unsigned long long>(g_off),
                 detail::compute_backend<float>::name, detail::compute_backend<double>::name);
     return 0;

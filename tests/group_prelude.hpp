@@ -54,6 +54,7 @@
 #include "biaffine/bfloat16.hpp"
 #include "biaffine/biaffine.hpp"
 #include "biaffine/conllu.hpp"
+#include "biaffine/convert.hpp"
 #include "biaffine/decode.hpp"
 #include "biaffine/tree_crf.hpp"
 #include "biaffine/detail/compute/avx2_kernel.hpp"

@@ -2,7 +2,9 @@
 #   cmake -DSOURCE_DIR=<project> -P layout.cmake
 # - no bench includes a file of tests/ (what both use lives in reference/);
 # - scorer.hpp's table of the scorer's parts (its opening comment) names every
-#   detail/scorer_*.hpp it includes.
+#   detail/scorer/*.hpp it includes;
+# - the scorer's parts (detail/scorer/) are included by scorer.hpp and by
+#   each other only.
 if(NOT SOURCE_DIR)
   message(FATAL_ERROR "layout.cmake: -DSOURCE_DIR=... is required")
 endif()
@@ -18,15 +20,15 @@ foreach(_file IN LISTS _bench_sources)
 endforeach()
 
 set(_scorer ${SOURCE_DIR}/include/biaffine/scorer.hpp)
-file(STRINGS ${_scorer} _parts REGEX "^#include \"biaffine/detail/scorer_[a-z_]+[.]hpp\"")
+file(STRINGS ${_scorer} _parts REGEX "^#include \"biaffine/detail/scorer/[a-z0-9_]+[.]hpp\"")
 file(STRINGS ${_scorer} _comment REGEX "^//")
 list(LENGTH _parts _n)
 if(_n EQUAL 0)
-  message(SEND_ERROR "${_scorer}: no detail/scorer_*.hpp included")
+  message(SEND_ERROR "${_scorer}: no detail/scorer/*.hpp included")
   math(EXPR _failures "${_failures} + 1")
 endif()
 foreach(_line IN LISTS _parts)
-  string(REGEX MATCH "detail/scorer_[a-z_]+[.]hpp" _part "${_line}")
+  string(REGEX MATCH "detail/scorer/[a-z0-9_]+[.]hpp" _part "${_line}")
   string(REPLACE "." "[.]" _pattern "${_part}")
   set(_listed OFF)
   foreach(_c IN LISTS _comment)
@@ -40,7 +42,21 @@ foreach(_line IN LISTS _parts)
   endif()
 endforeach()
 
+file(GLOB_RECURSE _sources ${SOURCE_DIR}/include/*.hpp ${SOURCE_DIR}/tests/*.cpp ${SOURCE_DIR}/tests/*.hpp
+     ${SOURCE_DIR}/bench/*.cpp ${SOURCE_DIR}/bench/*.hpp ${SOURCE_DIR}/examples/*.cpp ${SOURCE_DIR}/fuzz/*.cpp
+     ${SOURCE_DIR}/python/src/*.cpp ${SOURCE_DIR}/python/src/*.hpp)
+foreach(_file IN LISTS _sources)
+  if(_file STREQUAL _scorer OR _file MATCHES "/include/biaffine/detail/scorer/")
+    continue()
+  endif()
+  file(STRINGS ${_file} _includes REGEX "^[ \t]*#[ \t]*include[ \t]*[\"<]biaffine/detail/scorer/")
+  foreach(_line IN LISTS _includes)
+    message(SEND_ERROR "${_file}: includes a part of the scorer (only scorer.hpp may): ${_line}")
+    math(EXPR _failures "${_failures} + 1")
+  endforeach()
+endforeach()
+
 if(_failures GREATER 0)
   message(FATAL_ERROR "${_failures} layout rule(s) broken")
 endif()
-message(STATUS "layout: bench includes nothing from tests/; scorer.hpp names its ${_n} parts")
+message(STATUS "layout: bench includes nothing from tests/; scorer.hpp names its ${_n} parts, which nothing else includes")

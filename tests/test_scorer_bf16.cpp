@@ -1,5 +1,5 @@
 // Tests of a float scorer's inference in bf16 (compute_precision::bf16,
-// detail/scorer_bf16.hpp): every inference call against a double reference
+// detail/scorer/bf16.hpp): every inference call against a double reference
 // within the bound of bf16's rounding (bf16_reference.hpp), the calls against
 // each other, the memory it reports against what it takes, concurrent calls
 // against one call (issue 47), and what it refuses.
@@ -420,4 +420,24 @@ TEST_CASE("bf16 inference: watch_parameter_writes sees writes made without param
     CHECK(flat(s.predict(items)) == want_q);  // not watching: the pack of this version stays
     s.parameters_changed();
     CHECK(flat(s.predict(items)) != want_q);
+}
+
+TEST_CASE("bf16 inference: bf16_arithmetic names the arithmetic the build chose", "[scorer_bf16]")
+{
+    // The build's rule (detail/compute/bf16_forward.hpp): AMX tiles where the
+    // target has them (VDPBF16PS when Linux withholds the tiles), else
+    // VDPBF16PS where the target has it, else the fp32 kernels; each name
+    // is followed by how, in parentheses.
+    const std::string name = biaffine_scorer<float>::bf16_arithmetic();
+    const auto starts = [&](const std::string& prefix) { return name.compare(0, prefix.size(), prefix) == 0; };
+#if BIAFFINE_DETAIL_AMX_BF16
+    CHECK((starts("amx_bf16 (") || starts("avx512_bf16 (")));
+#elif BIAFFINE_DETAIL_BF16_GEMM
+    CHECK(starts("avx512_bf16 ("));
+#else
+    CHECK(starts("emulated ("));
+#endif
+    CHECK(name.back() == ')');
+    const std::string none = biaffine_scorer<double>::bf16_arithmetic();
+    CHECK(none.compare(0, 6, "none (") == 0);
 }

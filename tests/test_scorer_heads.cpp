@@ -1,4 +1,4 @@
-// Tests of biaffine/detail/scorer_heads.hpp: label scores at given heads.
+// Tests of biaffine/detail/scorer/heads.hpp: label scores at given heads.
 //
 //   - golden heads_* cases (PyTorch reference): y, dX and every parameter
 //     gradient through the split-list, with_splits and padded stacks;

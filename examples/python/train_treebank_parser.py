@@ -8,9 +8,9 @@ The Python counterpart of examples/train_treebank_parser.cpp. What to copy into 
     "# newdoc", split lengths from sentences, split-relative gold heads
     (conllu.scorer_heads), predictions written back (conllu.set_scorer_heads),
     scores as the CoNLL 2018 shared task (conllu.evaluate).
-  * the encoder, all Thinc: four embeddings summed (Embed of the lowercased
+  * the encoder, all Thinc: embeddings summed (Embed of the lowercased
     word from a vocabulary, HashEmbed of a 3-letter suffix, Embed of a shape
-    class and of the gold UPOS) -> residual dilated window blocks over Ragged
+    class; of the gold UPOS only with --gold-tags) -> residual dilated window blocks over Ragged
     sentences: each token's row is gathered with its neighbours at distance d
     inside its sentence (zeros past the ends; the `dilated_window` layer below),
     then Relu (Linear 3D -> D + ReLU + dropout), added back to the input
@@ -20,11 +20,17 @@ The Python counterpart of examples/train_treebank_parser.cpp. What to copy into 
     trained with biaffine.cross_entropy_heads (the stable loss on logits);
     labels with BiaffineLabeler at the gold heads in training, at the
     predicted heads when parsing, trained with biaffine.cross_entropy_labels.
-    Both scorers' dX are summed into the encoder's backprop.
+    A tagger (Thinc's Softmax on the encoder's rows, trained jointly) predicts
+    the UPOS written where the input has none. The scorers' and the tagger's
+    dX are summed into the encoder's backprop.
   * Thinc's Adam (beta1 0.9, beta2 0.9) with parameter averaging: the
     averages (optimizer.averages, model.use_params) parse the dev file.
   * parsing: read -> encode -> arc logits -> mst_heads -> labels at the
-    decoded heads -> CoNLL-U written, timed end to end.
+    decoded heads -> CoNLL-U written, timed end to end. No gold tag is read
+    (unless --gold-tags), so it parses CoNLL-U whose HEAD, DEPREL and UPOS are
+    `_` and plain text (--format, or any file named *.txt: a sentence a line,
+    tokens split at whitespace, blank lines skipped), writing CoNLL-U with
+    heads, relations and predicted UPOS filled in.
 
   * a saved parser, Thinc's to_disk / from_disk conventions (Parser.to_disk,
     Parser.from_disk): a folder with config.json (format, version, sizes, the
@@ -35,9 +41,9 @@ The Python counterpart of examples/train_treebank_parser.cpp. What to copy into 
     python3 examples/python/train_treebank_parser.py --train FILE --dev FILE [--epochs N]
         [--minutes M (15)] [--threads N] [--out FILE] [--parse FILE]... [--quick]
         [--width D] [--layers L] [--arc-hidden H] [--label-hidden H] [--lr LR]
-        [--dropout P] [--batch-words W] [--seed S] [--save DIR] [--no-check]
+        [--dropout P] [--batch-words W] [--seed S] [--gold-tags] [--save DIR] [--no-check]
     python3 examples/python/train_treebank_parser.py --model DIR [--dev FILE] [--parse FILE]...
-        [--out FILE] [--threads N]
+        [--format auto|conllu|text] [--out FILE] [--threads N]
 
 --save DIR writes the trained parser (its averaged parameters, which parse);
 --model DIR loads one instead of training and gives the same parses, byte for
@@ -97,6 +103,11 @@ def parse_args(argv):
     ap.add_argument("--save", metavar="DIR", help="save the trained parser to this folder")
     ap.add_argument("--model", metavar="DIR", help="load a saved parser instead of training")
     ap.add_argument("--no-check", action="store_true", help="exit 0 after training whatever the dev UAS")
+    ap.add_argument("--gold-tags", action="store_true",
+                    help="the gold UPOS as a feature (then the files parsed need UPOS too); default: predicted")
+    ap.add_argument("--format", choices=("auto", "conllu", "text"), default="auto",
+                    help="of the --parse files: CoNLL-U, plain text (a sentence a line, tokens split at "
+                         "whitespace), or auto (default): text when the name ends in .txt")
     ap.add_argument("--parse", action="append", default=[], metavar="FILE",
                     help="time parsing this file after training (repeatable; default: the dev file)")
     ap.add_argument("--quick", action="store_true", help="a few seconds on the shipped EWT sample (smoke test)")
@@ -116,8 +127,9 @@ def parse_args(argv):
         a.train = a.train or str(SAMPLE_DIR / "en_ewt-sample-train.conllu")
         a.dev = a.dev or str(SAMPLE_DIR / "en_ewt-sample-dev.conllu")
     if a.model:
-        if a.train or a.save or a.quick:
-            ap.error("--model DIR parses with a saved parser: --train, --save and --quick do not go with it")
+        if a.train or a.save or a.quick or a.gold_tags:
+            ap.error("--model DIR parses with a saved parser: --train, --save, --quick and --gold-tags do not go "
+                     "with it")
         if not a.dev and not a.parse:
             ap.error("--model DIR needs something to parse: --parse FILE or --dev FILE")
     elif not a.train or not a.dev:
@@ -140,21 +152,24 @@ def parse_args(argv):
     return a
 
 
-ARGS = parse_args(sys.argv[1:])
-# Before numpy loads its BLAS: the thread pools' sizes when threadpoolctl is missing.
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
-    os.environ.setdefault(_var, str(ARGS.threads))
+if __name__ == "__main__":
+    ARGS = parse_args(sys.argv[1:])
+    # Before numpy loads its BLAS: the thread pools' sizes when threadpoolctl is missing.
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
+        os.environ.setdefault(_var, str(ARGS.threads))
 
 import resource  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 try:
-    from thinc.api import (Adam, Dropout, Embed, HashEmbed, Model, NumpyOps, Relu, add, chain,  # noqa: E402
-                           fix_random_seed, residual, set_current_ops, with_array)
+    from thinc.api import (Adam, Dropout, Embed, HashEmbed, Model, NumpyOps, Relu, Softmax, add,  # noqa: E402
+                           chain, fix_random_seed, residual, set_current_ops, with_array)
     from thinc.types import Ragged  # noqa: E402
 except ImportError as e:  # the smoke test is skipped, not failed, where Thinc is not installed
+    if __name__ != "__main__":  # imported (parse_corpus_ray.py): the importer says what is missing
+        raise
     print(f"SKIPPED: thinc is not importable ({e}); pip install thinc, or apt install python3-thinc")
     sys.exit(0)
 
@@ -202,9 +217,11 @@ def shape_of(form: str) -> int:
 
 class Vocab:
     """Words seen twice or more in training (else 0, the unknown word), UPOS tags (0: unseen) and
-    relations, from the training sentences; features() gives a sentence's [n, 4] uint64 ids."""
+    relations, from the training sentences; features() gives a sentence's [n, 4] uint64 ids (the
+    UPOS column 0 unless gold_tags: then the tags are only the tagger's targets)."""
 
-    def __init__(self, train):
+    def __init__(self, train, gold_tags=False):
+        self.gold_tags = gold_tags
         counts = {}
         self.upos, self.labels, self.label_names = {}, {}, []
         for s in train:
@@ -226,12 +243,12 @@ class Vocab:
 
     def to_dict(self):
         return {"words": self.words, "word_count": self.word_count.tolist(), "upos": self.upos,
-                "label_names": self.label_names}
+                "label_names": self.label_names, "gold_tags": self.gold_tags}
 
     @classmethod
     def from_dict(cls, d):
         v = cls.__new__(cls)
-        v.words, v.upos, v.label_names = d["words"], d["upos"], d["label_names"]
+        v.words, v.upos, v.label_names, v.gold_tags = d["words"], d["upos"], d["label_names"], d["gold_tags"]
         v.labels = {name: i for i, name in enumerate(v.label_names)}
         v.word_count = np.asarray(d["word_count"], dtype=np.float64)
         v._form_cache = {}
@@ -246,8 +263,68 @@ class Vocab:
             self._form_cache[form] = f
         return f
 
+    def upos_names(self):
+        """By id: "" for 0 (unseen)."""
+        names = [""] * (len(self.upos) + 1)
+        for tag, i in self.upos.items():
+            names[i] = tag
+        return names
+
     def features(self, s):
+        if not self.gold_tags:
+            return np.asarray([self._form(w.form) + (0,) for w in s.words], dtype=np.uint64)
+        for w in s.words:
+            if w.upos == "_":
+                # parse_file puts the file name in front.
+                raise conllu.ConlluError(f"{s.line}: a word without UPOS ('_') in the sentence of this line, and the "
+                                         "parser takes gold tags (--gold-tags): parse tagged text, or train without")
         return np.asarray([self._form(w.form) + (self.upos.get(w.upos, 0),) for w in s.words], dtype=np.uint64)
+
+    def tag_ids(self, s):
+        return np.asarray([self.upos.get(w.upos, 0) for w in s.words], dtype=np.int64)
+
+
+# --- input ---------------------------------------------------------------------
+
+
+def read_text(path):
+    """Plain text as unannotated sentences: a sentence a line, tokens split at whitespace, blank
+    lines skipped. Errors (unreadable, not UTF-8) raise ConlluError naming the file and line."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise conllu.ConlluError(f"{os.fspath(path)}: cannot open for reading ({e.strerror})") from e
+    out = []
+    for lineno, raw in enumerate(data.split(b"\n"), 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise conllu.ConlluError(f"{os.fspath(path)}:{lineno}: not UTF-8 (byte 0x{raw[e.start]:02x} at byte "
+                                     f"{e.start + 1} of the line)") from None
+        tokens = line.split()
+        if tokens:
+            out.append(conllu.Sentence(words=[conllu.Word(t, "_", "_", "_", "_", None, "_", "_", "_") for t in tokens],
+                                       line=lineno))
+    return out
+
+
+def is_text(path, fmt="auto"):
+    return fmt == "text" or (fmt == "auto" and os.fspath(path).endswith(".txt"))
+
+
+def read_input(path, fmt="auto"):
+    """A file to parse: plain text (fmt "text", or "auto" and named *.txt), else CoNLL-U."""
+    return read_text(path) if is_text(path, fmt) else conllu.read(path)
+
+
+def parse_file(p, path, fmt="auto"):
+    """The sentences of a file, parsed by Parser p; errors raise ConlluError "file:line: what"."""
+    sents = read_input(path, fmt)
+    try:
+        p.parse(sents)
+    except conllu.ConlluError as e:
+        raise conllu.ConlluError(f"{os.fspath(path)}:{e}") from None
+    return sents
 
 
 # --- the encoder ---------------------------------------------------------------
@@ -284,15 +361,11 @@ def dilated_window(d: int) -> Model:
 
 def build_encoder(v: Vocab, width: int, layers: int, dropout: float, seed: int) -> Model:
     """Ragged feature ids [N, 4] -> Ragged [N, width]."""
-    embed = with_array(chain(
-        add(
-            Embed(width, len(v.word_count), column=0),
-            HashEmbed(width, SUFFIX_BUCKETS, column=1, seed=seed),
-            Embed(width, N_SHAPES, column=2),
-            Embed(width, len(v.upos) + 1, column=3),
-        ),
-        Dropout(dropout),
-    ))
+    embeds = [Embed(width, len(v.word_count), column=0), HashEmbed(width, SUFFIX_BUCKETS, column=1, seed=seed),
+              Embed(width, N_SHAPES, column=2)]
+    if v.gold_tags:
+        embeds.append(Embed(width, len(v.upos) + 1, column=3))
+    embed = with_array(chain(add(*embeds), Dropout(dropout)))
     blocks = [residual(chain(dilated_window(2 ** i), with_array(Relu(width, 3 * width, dropout=dropout))))
               for i in range(layers)]
     return chain(embed, *blocks)
@@ -302,8 +375,8 @@ def build_encoder(v: Vocab, width: int, layers: int, dropout: float, seed: int) 
 
 
 class Parser:
-    """The encoder, the arc scorer and the labeler as the layers of one Thinc model, so that one
-    finish_update / use_params covers all their parameters."""
+    """The encoder, the arc scorer, the labeler and the tagger as the layers of one Thinc model, so
+    that one finish_update / use_params covers all their parameters."""
 
     def __init__(self, v: Vocab, a):
         self.v = v
@@ -317,9 +390,12 @@ class Parser:
         self.arcs = with_splits(self.batcher)
         self.labeler = BiaffineLabeler(nO=len(v.label_names), hidden_width=a.label_hidden, dropout=a.dropout,
                                        seed=a.seed + 2, train_outputs="logits", budget=budget, threads=a.threads)
-        self.model = Model("treebank_parser", self._forward, layers=[self.encoder, self.arcs, self.labeler])
+        self.tagger = Softmax(len(v.upos) + 1, a.width)
+        self.model = Model("treebank_parser", self._forward,
+                           layers=[self.encoder, self.arcs, self.labeler, self.tagger])
 
-    FORMAT, VERSION = "biaffine-treebank-parser-py", 1
+    # Version 2: the tagger, and gold tags only when trained with them (vocab.json's gold_tags).
+    FORMAT, VERSION = "biaffine-treebank-parser-py", 2
     SIZES = ("width", "layers", "arc_hidden", "label_hidden", "dropout", "seed")
 
     def to_disk(self, path):
@@ -361,29 +437,34 @@ class Parser:
         H = self.encoder.predict(X).data
         self.arcs.initialize(X=([H], [lengths]))
         self.labeler.initialize(X=(H, heads))
+        self.tagger.initialize()
 
     @staticmethod
     def _forward(model, X, is_train):
         """(Ragged features, sentence lengths, gold heads as batch rows) -> (arc logits per
-        sentence, label logits [N, labels] at the gold heads); backprop((dA, dL))."""
-        encoder, arcs, labeler = model.layers
+        sentence, label logits [N, labels] at the gold heads, UPOS probabilities [N, tags]);
+        backprop((dA, dL, dT)), dT the gradient of the tags' logits."""
+        encoder, arcs, labeler, tagger = model.layers
         R, heads = X
         H, bp_encoder = encoder(R, is_train)
         A, bp_arcs = arcs(([H.data], [R.lengths]), is_train)
         L, bp_labels = labeler((H.data, heads), is_train)
+        T, bp_tags = tagger(H.data, is_train)
 
         def backprop(dY):
-            dA, dL = dY
+            dA, dL, dT = dY
             (dH,), _ = bp_arcs(dA)
-            dH2, _ = bp_labels(dL)
-            dH += dH2
+            dH += bp_labels(dL)[0]
+            dH += bp_tags(dT)
             bp_encoder(Ragged(dH, R.lengths))
             return X
 
-        return (A, L), backprop
+        return (A, L, T), backprop
 
     def parse(self, sents, chunk: int = 4000):
-        """Sets HEAD and DEPREL of every word; documents by # newdoc, about `chunk` words encoded at once."""
+        """Sets HEAD and DEPREL of every word, and UPOS (predicted) where it is `_`; documents by
+        # newdoc, about `chunk` words encoded at once."""
+        upos_names = self.v.upos_names()
         docs = conllu.documents(sents)
         d0 = 0
         while d0 < len(docs):
@@ -405,12 +486,44 @@ class Parser:
             starts = np.cumsum(lengths) - lengths
             rows_of_heads = np.concatenate([h + s for h, s in zip(heads, starts)])
             best = self.labeler.predict((H, rows_of_heads)).argmax(axis=1)
+            tags = self.tagger.predict(H)[:, 1:].argmax(axis=1) + 1  # never 0, the unseen tag
             names = self.v.label_names
             for s, h, start in zip(batch, heads, starts):
                 conllu.set_scorer_heads(s, h.tolist())
-                for w, lab in zip(s.words, best[start:start + len(s.words)]):
+                end = start + len(s.words)
+                for w, lab, tag in zip(s.words, best[start:end], tags[start:end]):
                     w.deprel = names[lab]
+                    if w.upos == "_":
+                        w.upos = upos_names[tag]
             d0 = d1
+
+
+def tag_cross_entropy(P, gold, scale):
+    """Loss and gradient of the tags' logits for the tagger's probabilities P [N, tags] (Thinc's
+    Softmax backprops the gradient of its logits); rows whose gold id is 0 (unseen) are left out."""
+    rows = np.flatnonzero(gold != 0)
+    dT = np.zeros_like(P)
+    dT[rows] = P[rows]
+    dT[rows, gold[rows]] -= 1.0
+    loss = -float(np.log(np.maximum(P[rows, gold[rows]], 1e-30)).sum())
+    return loss * scale, dT * scale
+
+
+def parse_dev(p, path, gold):
+    """The dev file parsed as text would be: UPOS blanked and predicted (unless the parser takes
+    gold tags). Returns the scores and the share of words whose predicted UPOS is the gold one (%)."""
+    parsed = conllu.read(path)
+    if not p.v.gold_tags:
+        for s in parsed:
+            for w in s.words:
+                w.upos = "_"
+    p.parse(parsed)
+    words = right = 0
+    for g, s in zip(gold, parsed):
+        for gw, sw in zip(g.words, s.words):
+            words += 1
+            right += gw.upos == sw.upos
+    return conllu.evaluate(gold, parsed), 100.0 * right / max(words, 1)
 
 
 def neighbour_baselines(path):
@@ -457,19 +570,21 @@ def train_parser(a, train, dev, log):
     """Trains a parser on `train`, scoring `dev` after every epoch; returns the parser, its
     optimizer (whose averages parse) and the last dev scores."""
     rng = np.random.default_rng(a.seed + 3)
-    v = Vocab(train)
+    v = Vocab(train, a.gold_tags)
     train_words = sum(len(s.words) for s in train)
     print(f"train: {a.train} ({len(train)} sentences, {train_words} words)\n"
           f"vocabulary {len(v.word_count)} words, {len(v.upos)} UPOS, {len(v.label_names)} relations; "
           f"encoder width {a.width}, {a.layers} blocks (dilations {', '.join(str(2 ** i) for i in range(a.layers))}), "
           f"arc hidden {a.arc_hidden}, label hidden {a.label_hidden}, dropout {a.dropout}, lr {a.lr}, "
-          f"batches of {a.batch_words} words, threads {a.threads}")
+          f"batches of {a.batch_words} words, threads {a.threads}; "
+          f"{'gold UPOS as a feature' if a.gold_tags else 'no gold tags (UPOS predicted)'}")
     log.checkpoint("treebank read")
 
     # Every training sentence's features, gold heads and labels, once.
     feats = [v.features(s) for s in train]
     gold_heads = [np.asarray(conllu.scorer_heads(s), dtype=np.int64) for s in train]
     gold_labels = [np.asarray([v.labels[w.deprel] for w in s.words], dtype=np.int64) for s in train]
+    gold_tags = [v.tag_ids(s) for s in train]
     word_count = v.word_count
 
     gemm = choose_gemm()
@@ -504,25 +619,25 @@ def train_parser(a, train, dev, log):
             X[drop & (ids != 0), 0] = 0
             starts = np.cumsum(lengths) - lengths
             rows_of_heads = np.concatenate([gold_heads[k] + s for k, s in zip(idx, starts)])
-            (A, L), backprop = p.model.begin_update((Ragged(X, lengths), rows_of_heads))
+            (A, L, T), backprop = p.model.begin_update((Ragged(X, lengths), rows_of_heads))
             scale = 1.0 / n
             arc_loss, dA = biaffine.cross_entropy_heads(A, [gold_heads[k] for k in idx], scale)
             label_loss, (dL,) = biaffine.cross_entropy_labels([L], [np.concatenate([gold_labels[k] for k in idx])],
                                                               scale)
-            backprop((dA, dL))
+            tag_loss, dT = tag_cross_entropy(T, np.concatenate([gold_tags[k] for k in idx]), scale)
+            backprop((dA, dL, dT))
             p.model.finish_update(optimizer)
             optimizer.step_schedules()
-            loss += (arc_loss + label_loss) / scale
+            loss += (arc_loss + label_loss + tag_loss) / scale
         secs, cpu = time.perf_counter() - t0, cpu_seconds() - c0
         train_wall += secs
         train_cpu += cpu
         epochs_run += 1
-        parsed = conllu.read(a.dev)
         with p.model.use_params(optimizer.averages):
-            p.parse(parsed)
-        last = conllu.evaluate(dev, parsed)
+            last, tag_acc = parse_dev(p, a.dev, dev)
         print(f"epoch {epoch:3d}  loss {loss / train_words:.4f}  {train_words / secs:6.0f} words/s  "
-              f"dev UAS {last.uas:.2f} LAS {last.las:.2f}  (training so far {train_wall:.0f} s wall, "
+              f"dev UAS {last.uas:.2f} LAS {last.las:.2f} UPOS {tag_acc:.2f}  "
+              f"(training so far {train_wall:.0f} s wall, "
               f"{train_cpu:.0f} s CPU)", flush=True)
         if a.minutes > 0 and train_wall + secs > 60 * a.minutes:
             break
@@ -533,6 +648,22 @@ def train_parser(a, train, dev, log):
           f"UAS {last.uas_no_punct:.2f} LAS {last.las_no_punct:.2f}")
 
     return p, optimizer, last
+
+
+def time_parsing(p, a, threads):
+    """Parsing words/s of the --parse files on 1 thread and on --threads, end to end (read ->
+    encode -> score -> decode -> labels -> CoNLL-U text; the disk left out)."""
+    for n in sorted({1, a.threads}):
+        threads.set(n)
+        words = 0
+        t0, c0 = time.perf_counter(), cpu_seconds()
+        for f in a.parse:
+            sents = parse_file(p, f, a.format)
+            words += sum(len(s.words) for s in sents)
+            conllu.format_sentences(sents)  # written to memory: the timing leaves out the disk
+        secs, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+        print(f"parsing {words} words ({len(a.parse)} file(s), read -> write) on {n} thread(s): "
+              f"{words / secs:.0f} words/s ({words / cpu:.0f} words per CPU second)")
 
 
 def main():
@@ -564,10 +695,8 @@ def main():
         averaged = contextlib.nullcontext
         last = None
         if dev is not None:
-            parsed = conllu.read(a.dev)
-            p.parse(parsed)
-            last = conllu.evaluate(dev, parsed)
-            print(f"dev UAS {last.uas:.2f} LAS {last.las:.2f}")
+            last, tag_acc = parse_dev(p, a.dev, dev)
+            print(f"dev UAS {last.uas:.2f} LAS {last.las:.2f} UPOS {tag_acc:.2f}")
     else:
         p, optimizer, last = train_parser(a, train, dev, log)
 
@@ -582,25 +711,16 @@ def main():
 
     # Parsing speed, end to end: read -> encode -> score -> decode -> labels -> write.
     with averaged():
-        for n in sorted({1, a.threads}):
-            threads.set(n)
-            words = 0
-            t0, c0 = time.perf_counter(), cpu_seconds()
-            for f in a.parse:
-                sents = conllu.read(f)
-                p.parse(sents)
-                words += sum(len(s.words) for s in sents)
-                conllu.format_sentences(sents)  # written to memory: the timing leaves out the disk
-            secs, cpu = time.perf_counter() - t0, cpu_seconds() - c0
-            print(f"parsing {words} words ({len(a.parse)} file(s), read -> write) on {n} thread(s): "
-                  f"{words / secs:.0f} words/s ({words / cpu:.0f} words per CPU second)")
-        log.checkpoint("parsed")
-        if a.out:
-            source = a.parse[0] if a.write_parse else a.dev
-            parsed = conllu.read(source)
-            p.parse(parsed)
-            conllu.write(a.out, parsed)
-            print(f"wrote the parse of {source} to {a.out}")
+        try:
+            time_parsing(p, a, threads)
+            log.checkpoint("parsed")
+            if a.out:
+                source = a.parse[0] if a.write_parse else a.dev
+                conllu.write(a.out, parse_file(p, source, a.format if a.write_parse else "conllu"))
+                print(f"wrote the parse of {source} to {a.out}")
+        except conllu.ConlluError as e:
+            print(f"train_treebank_parser.py: {e}", file=sys.stderr)
+            return 2
     print("\nMemory log (bytes tracked by the C++ library; peak = highest point since the previous checkpoint):")
     print(log.summary(), end="")
     print(f"peak memory: {biaffine.format_bytes(log.peak_bytes())} tracked by the library, "

@@ -14,6 +14,7 @@
 #include "biaffine/workspace.hpp"
 #include "biaffine/pairwise_bilinear.hpp"
 #include "biaffine/scorer.hpp"
+#include "biaffine/convert.hpp"
 #include "biaffine/batching.hpp"
 #include "biaffine/with_pad_seq_unpad_matrix.hpp"
 #include "biaffine/with_minibatch_by_padded_size.hpp"

@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-MIN_TESTS = 167  # 218 collected; raised with every test added (issue 51: the treebank example's saved parsers)
+MIN_TESTS = 173  # 229 collected; raised with every test added (issue 51: unannotated text in the Python treebank example)
 
 
 def pytest_sessionstart(session):

@@ -18,8 +18,9 @@
 #include "biaffine/bfloat16.hpp"
 #include "biaffine/detail/eigen.hpp"
 #include "biaffine/detail/softmax.hpp"
+#include "biaffine/detail/split_checks.hpp"
 #include "biaffine/errors.hpp"
-#include "biaffine/layer.hpp"
+#include "biaffine/mode.hpp"
 #include "biaffine/tensor.hpp"
 
 BIAFFINE_NAMESPACE_BEGIN

@@ -13,7 +13,7 @@
 #include "biaffine/abi.hpp"
 #include "biaffine/bfloat16.hpp"
 #include "biaffine/detail/compute/avx512_small.hpp"
-#include "biaffine/detail/row_dots.hpp"
+#include "biaffine/detail/compute/row_dots.hpp"
 
 #include <cstddef>
 

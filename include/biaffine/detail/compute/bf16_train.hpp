@@ -43,7 +43,8 @@
 #include "biaffine/detail/compute/bf16_forward.hpp"
 #include "biaffine/detail/compute/operands.hpp"
 #include "biaffine/detail/eigen.hpp"
-#include "biaffine/layer.hpp"
+#include "biaffine/detail/split_checks.hpp"
+#include "biaffine/mode.hpp"
 #include "biaffine/tensor.hpp"
 #include "biaffine/workspace.hpp"
 

@@ -41,7 +41,8 @@
 #include "biaffine/detail/eigen.hpp"
 #include "biaffine/detail/output_kind.hpp"
 #include "biaffine/detail/random.hpp"
-#include "biaffine/layer.hpp"
+#include "biaffine/detail/split_checks.hpp"
+#include "biaffine/mode.hpp"
 #include "biaffine/tensor.hpp"
 #include "biaffine/workspace.hpp"
 

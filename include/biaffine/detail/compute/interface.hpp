@@ -85,7 +85,8 @@
 
 #include "biaffine/detail/compute/operands.hpp"
 #include "biaffine/detail/output_kind.hpp"
-#include "biaffine/layer.hpp"
+#include "biaffine/detail/split_checks.hpp"
+#include "biaffine/mode.hpp"
 #include "biaffine/tensor.hpp"
 #include "biaffine/workspace.hpp"
 

@@ -1,4 +1,4 @@
-// biaffine/detail/scorer_heads.hpp - the scorer's labels at given heads: per
+// biaffine/detail/scorer/heads.hpp - the scorer's labels at given heads: per
 // split, `L[m, o] = S[m, head[m], o]` without the `[n, n, o]` scores.
 //
 // The projections and T = U W' run on the packed rows as for full scores
@@ -6,7 +6,7 @@
 // the row of T at its head, viewed `[o, hv]`, times its own V row: O(n o hv)
 // per split where the full scores cost O(n^2 o hv). Backward scatters dy
 // into dT at the head rows. The path itself is the full scores' one, with
-// the labels_at_heads_kind policy (scorer_forward.hpp, output_kind.hpp);
+// the labels_at_heads_kind policy (scorer/forward.hpp, output_kind.hpp);
 // this file holds the public calls, the cost and the head lists.
 #pragma once
 
@@ -22,7 +22,7 @@
 #include "biaffine/detail/compute/backend.hpp"
 #include "biaffine/detail/output_kind.hpp"
 #include "biaffine/errors.hpp"
-#include "biaffine/scorer.hpp"
+#include "biaffine/detail/scorer/declaration.hpp"
 #include "biaffine/tensor.hpp"
 #include "biaffine/workspace.hpp"
 

@@ -1,4 +1,4 @@
-// biaffine/detail/scorer_forward.hpp - the scorer's forward and backward over
+// biaffine/detail/scorer/forward.hpp - the scorer's forward and backward over
 // split lists: one path for every output kind (full scores, labels at given
 // heads: detail/output_kind.hpp). The compute backend object (backend_,
 // detail/compute/interface.hpp) does the batch's work: projections (and the
@@ -19,7 +19,7 @@
 #include "biaffine/detail/eigen.hpp"
 #include "biaffine/detail/output_kind.hpp"
 #include "biaffine/errors.hpp"
-#include "biaffine/scorer.hpp"
+#include "biaffine/detail/scorer/declaration.hpp"
 #include "biaffine/tensor.hpp"
 #include "biaffine/workspace.hpp"
 

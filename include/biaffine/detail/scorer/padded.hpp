@@ -1,4 +1,4 @@
-// biaffine/detail/scorer_padded.hpp - the scorer's padded interface, the
+// biaffine/detail/scorer/padded.hpp - the scorer's padded interface, the
 // reference module's: `x [b, L, n_in]` plus lengths in, `[b, L, L(, o)]` out.
 // Each sequence becomes a view of its first `length` rows and runs through
 // the split-list path, so padding costs no FLOPs; padded cells are filled
@@ -15,7 +15,7 @@
 #include "biaffine/detail/checked.hpp"
 #include "biaffine/detail/output_kind.hpp"
 #include "biaffine/errors.hpp"
-#include "biaffine/scorer.hpp"
+#include "biaffine/detail/scorer/declaration.hpp"
 #include "biaffine/tensor.hpp"
 
 BIAFFINE_NAMESPACE_BEGIN

@@ -1,4 +1,4 @@
-// biaffine/detail/scorer_cost.hpp - what a batch costs the scorer, in bytes by
+// biaffine/detail/scorer/cost.hpp - what a batch costs the scorer, in bytes by
 // lifetime: the unit of the batcher's byte budget. Exact for the scratch the
 // scorer carves (the tests compare it with the tracker).
 #pragma once
@@ -11,7 +11,7 @@
 #include "biaffine/detail/checked.hpp"
 #include "biaffine/detail/compute/backend.hpp"
 #include "biaffine/detail/output_kind.hpp"
-#include "biaffine/scorer.hpp"
+#include "biaffine/detail/scorer/declaration.hpp"
 #include "biaffine/workspace.hpp"
 
 BIAFFINE_NAMESPACE_BEGIN

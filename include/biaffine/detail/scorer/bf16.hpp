@@ -1,4 +1,4 @@
-// biaffine/detail/scorer_bf16.hpp - a float scorer's inference in bf16
+// biaffine/detail/scorer/bf16.hpp - a float scorer's inference in bf16
 // (scorer_config::precision = compute_precision::bf16): predict_into's other
 // path, for every output kind, and what it costs.
 //
@@ -21,13 +21,23 @@
 #include "biaffine/detail/checked.hpp"
 #include "biaffine/detail/compute/bf16_forward.hpp"
 #include "biaffine/detail/output_kind.hpp"
-#include "biaffine/scorer.hpp"
+#include "biaffine/detail/scorer/declaration.hpp"
 #include "biaffine/workspace.hpp"
 
 BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
 
 }  // namespace detail
+
+template <class T, class Backend, class Out>
+const char* biaffine_scorer<T, Backend, Out>::bf16_arithmetic() noexcept
+{
+    if constexpr (std::is_same<T, float>::value) {
+        return detail::scorer_bf16_forward::math_name();
+    } else {
+        return "none (compute_precision::bf16 needs a float scorer)";
+    }
+}
 
 template <class T, class Backend, class Out>
 template <class Kind, class Items, class Heads, class Dest, class Done>

@@ -1,27 +1,24 @@
-// python/src/build_info.hpp - `_build_info()` of the extension: what this ISA
+// python/src/build_info.cpp - `_build_info()` of the extension: what this ISA
 // variant was compiled for and which backend runs each operation, for
 // biaffine.info() (python/biaffine/_loader.py).
-#pragma once
+#include "common.hpp"
 
-#include <pybind11/pybind11.h>
+#include <biaffine/abi.hpp>
+#include <biaffine/scorer.hpp>
 
 #include <string>
 #include <type_traits>
-
-#include <biaffine/biaffine.hpp>
-
-#include <biaffine/abi.hpp>
+#include <utility>
 
 #ifndef BIAFFINE_PY_VARIANT
 #define BIAFFINE_PY_VARIANT "native"  // built outside python/CMakeLists.txt's variants
 #endif
 
 namespace biaffine_py {
-
-namespace py = pybind11;
+namespace {
 
 /// The ISA extensions the compiler targeted, as /proc/cpuinfo names them.
-inline py::list compiled_isa()
+py::list compiled_isa()
 {
     py::list l;
 #if defined(__AVX2__)
@@ -60,18 +57,22 @@ inline py::list compiled_isa()
 template <class T>
 py::dict backend_info()
 {
-    using B = biaffine::detail::compute_backend<T>;
+    // The backend the module's scorer of T computes with (its default).
+    using S = biaffine::biaffine_scorer<T>;
+    using B = std::decay_t<decltype(std::declval<const S&>().compute_backend())>;
     py::dict d;
     d["name"] = B::name;
     d["operations"] = B::operations;
     // What runs compute_precision::bf16 (float scorers only): AMX tiles,
     // VDPBF16PS, or the fp32 kernels on bf16-rounded operands.
-    if constexpr (std::is_same<T, float>::value) d["bf16"] = biaffine::detail::scorer_bf16_forward::math_name();
+    if constexpr (std::is_same<T, float>::value) d["bf16"] = S::bf16_arithmetic();
     return d;
 }
 
+}  // namespace
+
 /// Adds `_build_info()` to the module.
-inline void bind_build_info(py::module_& m)
+void bind_build_info(py::module_& m)
 {
     m.def("_build_info", []() {
         py::dict d;
