@@ -11,9 +11,7 @@
 //   * the encoder: features of a word (lowercased form from a vocabulary;
 //     hashed: the lowercased form, prefixes of 1 and 3 characters, suffixes
 //     of 1 to 4, the shape string; the gold UPOS only with --gold-tags) are
-//     summed embeddings; then residual convolution layers (without gold
-//     tags, half way up a tag stage adds the embedded distribution of the
-//     tags predicted there, trained as a tagger too: stack-propagation),
+//     summed embeddings; then residual convolution layers,
 //     each token seeing +-dilation neighbours in its sentence (dilations 1, 2,
 //     4, 8, ...: a receptive field of +-2 (2^L - 1) words), computed as one
 //     GEMM per layer on gathered rows [N, 3D] x [3D, D] and backpropagated by
@@ -435,9 +433,6 @@ public:
     encoder(const vocab& v, std::size_t width, std::size_t layers, double dropout, std::uint64_t seed)
         : D_(width), p_(float(dropout)), rng_(seed)
     {
-        // Without gold tags: a tag stage before layer layers / 2 (see forward).
-        staged_ = !v.gold_tags && layers >= 2;
-        stage_ = layers / 2;
         std::normal_distribution<float> emb(0.f, 0.1f);
         for (std::size_t f = 0; f < n_features; ++f) {
             emb_.emplace_back(v.sizes(f), D_);
@@ -454,15 +449,6 @@ public:
             dilation_.push_back(std::size_t(1) << l);
         }
         word_count_ = v.word_count;
-        if (staged_) {
-            const std::size_t T = v.upos_names.size();
-            std::normal_distribution<float> tw(0.f, 1.f / std::sqrt(float(D_)));
-            tag_w_ = param(D_, T);
-            tag_w_.w = tag_w_.w.unaryExpr([&](float) { return tw(rng_); });
-            tag_b_ = param(1, T);
-            tag_e_ = param(T, D_);
-            tag_e_.w = tag_e_.w.unaryExpr([&](float) { return emb(rng_); });
-        }
     }
 
     std::size_t width() const { return D_; }
@@ -490,7 +476,6 @@ public:
         Z_.resize(conv_.size());
         masks_.resize(conv_.size());
         for (std::size_t l = 0; l < conv_.size(); ++l) {
-            if (staged_ && l == stage_) tag_stage(h_[l]);
             gather(b, h_[l], dilation_[l], G_[l]);
             Z_[l].noalias() = G_[l] * conv_[l].w;
             Z_[l].rowwise() += bias_[l].w.row(0);
@@ -501,9 +486,8 @@ public:
         return h_.back();
     }
 
-    // Backward from dH [N, D]: accumulates the gradients of every parameter
-    // (the tag stage's cross-entropy against b.tags times `scale` too).
-    void backward(const batch& b, mat dH, double scale)
+    // Backward from dH [N, D]: accumulates the gradients of every parameter.
+    void backward(const batch& b, mat dH)
     {
         for (std::size_t l = conv_.size(); l-- > 0;) {
             mat dZ = dH.cwiseProduct(masks_[l]);
@@ -512,7 +496,6 @@ public:
             bias_[l].g.row(0) += dZ.colwise().sum();
             const mat dG = dZ * conv_[l].w.transpose();
             scatter(b, dG, dilation_[l], dH);  // dH += the window's gradient (the residual path kept)
-            if (staged_ && l == stage_) tag_stage_backward(b.tags, scale, dH);
         }
         dH = dH.cwiseProduct(mask0_);
         for (std::size_t t = 0; t < b.rows; ++t)
@@ -564,11 +547,6 @@ private:
             r.emplace_back("conv_" + std::to_string(l), &self.conv_[l]);
             r.emplace_back("bias_" + std::to_string(l), &self.bias_[l]);
         }
-        if (self.staged_) {
-            r.emplace_back("tag_weight", &self.tag_w_);
-            r.emplace_back("tag_bias", &self.tag_b_);
-            r.emplace_back("tag_embedding", &self.tag_e_);
-        }
         return r;
     }
 
@@ -577,44 +555,7 @@ private:
         std::vector<param*> r;
         for (auto& p : conv_) r.push_back(&p);
         for (auto& p : bias_) r.push_back(&p);
-        if (staged_)
-            for (param* p : {&tag_w_, &tag_b_, &tag_e_}) r.push_back(p);
         return r;
-    }
-
-    // The tag stage (no gold tags): a tagger on h, P = softmax(h W + b) [N, T]
-    // trained against the gold UPOS, and its tag distribution embedded, h += P E
-    // (E [T, D]), so the layers above see the predicted tags (stack-propagation:
-    // the parser's gradient reaches the tagger through P).
-    void tag_stage(mat& h)
-    {
-        h_pre_ = h;
-        P_.noalias() = h * tag_w_.w;
-        P_.rowwise() += tag_b_.w.row(0);
-        for (Eigen::Index t = 0; t < P_.rows(); ++t) {
-            auto row = P_.row(t);
-            row = (row.array() - row.maxCoeff()).exp();
-            row /= row.sum();
-        }
-        h.noalias() += P_ * tag_e_.w;
-    }
-
-    // dH: the gradient at h after the stage, on return at h before it.
-    void tag_stage_backward(const std::vector<std::uint32_t>& gold, double scale, mat& dH)
-    {
-        tag_e_.g.noalias() += P_.transpose() * dH;
-        const mat dP = dH * tag_e_.w.transpose();
-        mat dY = P_.cwiseProduct(dP);
-        const Eigen::VectorXf dot = dY.rowwise().sum();
-        dY -= P_.cwiseProduct(dot.replicate(1, P_.cols()));
-        for (Eigen::Index t = 0; t < P_.rows(); ++t)
-            if (const std::uint32_t g = gold[std::size_t(t)]; g != 0) {
-                dY.row(t) += float(scale) * P_.row(t);
-                dY(t, Eigen::Index(g)) -= float(scale);
-            }
-        tag_w_.g.noalias() += h_pre_.transpose() * dY;
-        tag_b_.g.row(0) += dY.colwise().sum();
-        dH.noalias() += dY * tag_w_.w.transpose();
     }
 
     // Inverted dropout with a kept mask (1 / (1 - p) or 0).
@@ -664,10 +605,6 @@ private:
     std::mt19937_64 rng_;
     std::uniform_real_distribution<float> uniform_{0.f, 1.f};
     std::vector<param> emb_, conv_, bias_;
-    bool staged_ = false;
-    std::size_t stage_ = 0;
-    param tag_w_, tag_b_, tag_e_;  // the tag stage: W [D, T], b [1, T], E [T, D]
-    mat h_pre_, P_;
     std::vector<std::size_t> dilation_, word_count_;
     std::vector<std::vector<std::uint32_t>> touched_;
     bool train_ = false;
@@ -811,7 +748,7 @@ struct parser {
         mat dH = Eigen::Map<const mat>(dX_arcs[0].data(), H.rows(), H.cols()) +
                  Eigen::Map<const mat>(dX_labels[0].data(), H.rows(), H.cols());
         const double tl = tags.train(H, b.tags, scale, dH);
-        enc.backward(b, std::move(dH), scale);
+        enc.backward(b, std::move(dH));
         enc.step(enc_opt);
         tags.step(enc_opt);  // at the encoder's step count
         arc_opt.step(arc_scorer);
@@ -977,7 +914,7 @@ std::vector<conllu::sentence> read_input(const std::string& path, bool text)
 // folder that does not load.
 
 constexpr const char* model_format = "biaffine-treebank-parser";
-constexpr int model_version = 3;  // 2: the hashed word, affix and shape features; 3: the tag stage
+constexpr int model_version = 2;  // 2: the hashed word, affix and shape features
 constexpr const char* model_loss = "cross_entropy_heads+cross_entropy_labels";
 constexpr const char* model_decoder = "mst";
 constexpr const char* model_hash = "fnv1a64";
