@@ -6,10 +6,12 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -396,7 +398,10 @@ namespace {
 // Each thread holds one block sized for the largest batch of the plan for the
 // whole call, so the tracker's peak is threads x (that block + the per-thread
 // bookkeeping), exactly, in every run: it does not depend on which batches
-// happened to run at the same time, nor grow with the number of buffers. The
+// happened to run at the same time, nor grow with the number of buffers. On
+// several threads a batch's block also holds the room to park its splits
+// until its turn: what the plan charges it for its outputs and their list,
+// at most what the limit leaves beside its scratch (the documented rule). The
 // long list repeats the short one 8 times (buffer 8 divides 40, so it plans
 // the same batches, 8 times over). `Heads`: predict_heads_stream (labels at
 // given heads, batched by heads_cost), else predict_stream.
@@ -438,14 +443,19 @@ void check_stream_peak()
         auto cost = [&](std::size_t count, std::size_t len) {
             return inner_cost(count, len).total() + count * sizeof(score_tensor<float>);
         };
+        const std::uint64_t threads = layer.threads_for(n);
+        const std::uint64_t limit = b.value - own;
         std::uint64_t largest = 0;
-        for (const auto& batch : th::reference_batches(*lengths, o.buffer, cost, b.value - own)) {
+        for (const auto& batch : th::reference_batches(*lengths, o.buffer, cost, limit)) {
             std::size_t mx = 0;
             for (auto i : batch) mx = std::max(mx, (*lengths)[i]);
-            REQUIRE(cost(batch.size(), mx) <= b.value - own);  // no oversize split in this workload
-            largest = std::max(largest, inner_cost(batch.size(), mx).scratch);
+            REQUIRE(cost(batch.size(), mx) <= limit);  // no oversize split in this workload
+            const batch_cost bc = inner_cost(batch.size(), mx);
+            const std::uint64_t outputs = detail::round_up_bytes(bc.outputs + batch.size() * sizeof(score_tensor<float>));
+            const std::uint64_t left = (limit - bc.scratch - bc.heap) / 64 * 64;
+            const std::uint64_t room = threads > 1 ? std::min(outputs, left) : 0;
+            largest = std::max(largest, bc.scratch + room);
         }
-        const std::uint64_t threads = layer.threads_for(n);
         const std::uint64_t want = threads * (own + detail::round_up_bytes(largest));
         for (int run = 0; run < 3; ++run) {
             INFO("n=" << n << " threads=" << threads << " run " << run);
@@ -477,6 +487,198 @@ TEST_CASE("with_minibatch_by_padded_size: a heads stream on threads peaks at eve
           "batch, as a scores stream", "[with_minibatch_by_padded_size][threads][memory][heads]")
 {
     check_stream_peak<true>();
+}
+
+namespace {
+
+// What a stream hands its sink, call by call: the split and a copy of its
+// elements (the view lives only during the call).
+struct streamed_split {
+    std::size_t split;
+    std::vector<float> values;
+    bool operator==(const streamed_split& o) const { return split == o.split && values == o.values; }
+};
+
+enum class stream_kind { scores, scores_into, heads };
+
+// Runs one kind of stream of `layer` over `items`, recording every sink call
+// (under a lock, so a concurrent sink is recorded safely); `pause` makes the
+// sink slow, so batches on other threads get ahead of the one delivering.
+template <class Layer>
+std::vector<streamed_split> record_stream(const Layer& layer, stream_kind kind,
+                                          const std::vector<seq_view<const float>>& items,
+                                          const std::vector<std::vector<std::size_t>>& heads,
+                                          std::chrono::microseconds pause)
+{
+    std::mutex m;
+    std::vector<streamed_split> calls;
+    auto keep = [&](std::size_t k, std::vector<float> values) {
+        if (pause.count() != 0) std::this_thread::sleep_for(pause);
+        std::lock_guard<std::mutex> lock(m);
+        calls.push_back({k, std::move(values)});
+    };
+    auto scores = [&](std::size_t k, score_view<const float> s) {
+        std::vector<float> v;
+        for (std::size_t i = 0; i < s.n; ++i)
+            for (std::size_t j = 0; j < s.n; ++j)
+                for (std::size_t q = 0; q < s.labels; ++q) v.push_back(s(i, j, q));
+        keep(k, std::move(v));
+    };
+    if (kind == stream_kind::scores) {
+        layer.predict_stream(items, scores);
+    } else if (kind == stream_kind::scores_into) {
+        // The caller's memory: one buffer per split, so none is reused early.
+        std::vector<std::vector<float>> out(items.size());
+        layer.predict_stream_into(
+            items,
+            [&](std::size_t k, std::size_t n) {
+                out[k].resize(std::max<std::size_t>(1, n * n * layer.labels()));
+                return out[k].data();
+            },
+            scores);
+    } else {
+        layer.predict_heads_stream(items, heads, [&](std::size_t k, seq_view<const float> y) {
+            std::vector<float> v;
+            for (std::size_t i = 0; i < y.rows; ++i)
+                for (std::size_t q = 0; q < y.cols; ++q) v.push_back(y(i, q));
+            keep(k, std::move(v));
+        });
+    }
+    return calls;
+}
+
+// The small scorer of the stream-order tests: 3 labels, so a split's
+// scores are n x n x 3.
+biaffine_scorer<float> stream_order_scorer(std::uint64_t seed)
+{
+    scorer_config c;
+    c.n_in = 8;
+    c.hidden = 6;
+    c.labels = 3;
+    c.seed = seed;
+    return biaffine_scorer<float>(c);
+}
+
+// A serialised sink's calls: the one-thread splits, bytes and order.
+void require_one_thread_calls(const std::vector<streamed_split>& got, const std::vector<streamed_split>& want)
+{
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        INFO("call " << i);
+        REQUIRE(got[i].split == want[i].split);
+        REQUIRE(got[i].values == want[i].values);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("with_minibatch_by_padded_size: a stream on 1, 2 and 4 threads hands the sink the one-thread splits, bytes "
+          "and order; a concurrent sink gets the same splits, buffer by buffer",
+          "[with_minibatch_by_padded_size][threads][stream]")
+{
+    // Buffers of 12 over ~150 splits under a budget that cuts each buffer
+    // into several batches, so batches of later buffers and of the same
+    // buffer are computed while an earlier one delivers. The slow sink
+    // (sleeping) lets every other thread get as far ahead as it can.
+    std::mt19937 rng(4242);
+    const biaffine_scorer<float> sc = stream_order_scorer(11);
+    const item_set<float> items = make_items<float>(rng, random_lengths(rng, 150, 24), sc.n_in());
+    std::vector<std::vector<std::size_t>> heads(items.views.size());
+    for (std::size_t k = 0; k < heads.size(); ++k) {
+        for (std::size_t i = 0; i < items.lengths[k]; ++i) {
+            heads[k].push_back(std::uniform_int_distribution<std::size_t>(0, items.lengths[k] - 1)(rng));
+        }
+    }
+    batch_options one;
+    one.buffer = 12;
+    for (stream_kind kind : {stream_kind::scores, stream_kind::scores_into, stream_kind::heads}) {
+        // Labels at given heads cost far less a batch: a budget that cuts
+        // buffers as finely.
+        const budget b = budget::bytes(kind == stream_kind::heads ? 12 * 1024 : 28 * 1024);
+        const std::vector<streamed_split> want =
+            record_stream(with_minibatch_by_padded_size(sc, b, one), kind, items.views, heads, {});
+        REQUIRE(want.size() == items.views.size());
+        auto layer1 = with_minibatch_by_padded_size(sc, b, one);
+        record_stream(layer1, kind, items.views, heads, {});
+        const std::uint64_t batches = layer1.batch_count();
+        INFO("batches " << batches);
+        REQUIRE(layer1.oversize_count() == 0);  // the bound below is for batches within the budget
+        REQUIRE(batches >= 2 * ((items.views.size() + one.buffer - 1) / one.buffer));  // several per buffer
+        for (std::size_t threads : {std::size_t(1), std::size_t(2), std::size_t(4)}) {
+            for (bool concurrent : {false, true}) {
+                for (int pause_us : {0, 300}) {
+                    INFO("kind " << static_cast<int>(kind) << " threads " << threads << " concurrent sink "
+                                 << concurrent << " pause " << pause_us << " us");
+                    batch_options o = one;
+                    o.threads = threads;
+                    o.concurrent_sink = concurrent;
+                    auto layer = with_minibatch_by_padded_size(sc, b, o);
+                    const std::uint64_t before = tracker().current_bytes();
+                    tracker().reset_peak();
+                    const std::vector<streamed_split> got =
+                        record_stream(layer, kind, items.views, heads, std::chrono::microseconds(pause_us));
+                    REQUIRE(tracker().peak_bytes() - before <= layer.threads_for(items.views.size()) * b.value);
+                    REQUIRE(tracker().current_bytes() == before);
+                    if (!concurrent) {
+                        require_one_thread_calls(got, want);
+                    } else {
+                        REQUIRE(got.size() == want.size());
+                        // Every split once, with the one-thread bytes; buffers in order.
+                        std::vector<const streamed_split*> by_split(want.size(), nullptr);
+                        for (const streamed_split& w : want) by_split[w.split] = &w;
+                        std::vector<int> seen(want.size(), 0);
+                        std::size_t buffer = 0;
+                        for (const streamed_split& g : got) {
+                            REQUIRE(g.split < want.size());
+                            ++seen[g.split];
+                            REQUIRE(g.values == by_split[g.split]->values);
+                            REQUIRE(g.split / one.buffer >= buffer);
+                            buffer = g.split / one.buffer;
+                        }
+                        for (int x : seen) REQUIRE(x == 1);
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("with_minibatch_by_padded_size: a stream on threads whose lone oversize splits have no room to park "
+          "waits for their turn: the one-thread order",
+          "[with_minibatch_by_padded_size][threads][stream]")
+{
+    // Every 7th split is too long for the budget alone (run_alone): its batch
+    // gets no parking room beside its scratch, so it must wait for its turn
+    // at its first split rather than deliver early; the slow sink keeps the
+    // batch before it delivering while the other thread gets there.
+    std::mt19937 rng(777);
+    const biaffine_scorer<float> sc = stream_order_scorer(5);
+    std::vector<std::size_t> lengths = random_lengths(rng, 60, 24);
+    for (std::size_t k = 3; k < lengths.size(); k += 7) lengths[k] = 70;
+    const item_set<float> items = make_items<float>(rng, lengths, sc.n_in());
+    const std::vector<std::vector<std::size_t>> heads;
+    batch_options one;
+    one.buffer = 12;
+    const budget b = budget::bytes(28 * 1024);
+    for (stream_kind kind : {stream_kind::scores, stream_kind::scores_into}) {
+        auto layer1 = with_minibatch_by_padded_size(sc, b, one);
+        const std::vector<streamed_split> want = record_stream(layer1, kind, items.views, heads, {});
+        REQUIRE(want.size() == items.views.size());
+        REQUIRE(layer1.oversize_count() >= 8);
+        for (std::size_t threads : {std::size_t(2), std::size_t(4)}) {
+            for (int pause_us : {0, 300}) {
+                INFO("kind " << static_cast<int>(kind) << " threads " << threads << " pause " << pause_us << " us");
+                batch_options o = one;
+                o.threads = threads;
+                auto layer = with_minibatch_by_padded_size(sc, b, o);
+                const std::uint64_t before = tracker().current_bytes();
+                const std::vector<streamed_split> got =
+                    record_stream(layer, kind, items.views, heads, std::chrono::microseconds(pause_us));
+                REQUIRE(tracker().current_bytes() == before);
+                require_one_thread_calls(got, want);
+            }
+        }
+    }
 }
 
 TEST_CASE("with_minibatch_by_padded_size: oversize policies", "[with_minibatch_by_padded_size][errors]")

@@ -17,7 +17,11 @@ The Python counterpart of examples/train_treebank_parser.cpp. What to copy into 
     (Thinc's `residual`). Dilations 1, 2, 4, 8: each token sees +-15 words.
   * the scorers, biaffine.thinc: arcs with
     with_splits(with_minibatch_by_padded_size(BiaffineScorer(train_outputs="logits")))
-    trained with biaffine.cross_entropy_heads (the stable loss on logits);
+    trained with biaffine.cross_entropy_heads (the stable loss on logits; --loss local,
+    the default) or with the first-order tree CRF (--loss crf: biaffine.thinc.TreeCRFLoss,
+    log Z over the trees with one root minus the gold tree's score, gradient the arc
+    marginals minus the gold arcs; over projective trees with --projective, the training
+    sentences whose gold tree is not projective then skipped and counted);
     labels with BiaffineLabeler at the gold heads in training, at the
     predicted heads when parsing, trained with biaffine.cross_entropy_labels.
     A tagger (Thinc's Softmax on the encoder's rows, trained jointly) predicts
@@ -25,7 +29,9 @@ The Python counterpart of examples/train_treebank_parser.cpp. What to copy into 
     dX are summed into the encoder's backprop.
   * Thinc's Adam (beta1 0.9, beta2 0.9) with parameter averaging: the
     averages (optimizer.averages, model.use_params) parse the dev file.
-  * parsing: read -> encode -> arc logits -> mst_heads -> labels at the
+  * parsing: read -> encode -> arc logits -> heads (--decode mst: mst_heads, or eisner_heads
+    with --projective; --decode mbr: biaffine.mbr_heads, the tree with the most expected
+    correct heads under the tree CRF's arc marginals, projective with --projective) -> labels at the
     decoded heads -> CoNLL-U written, timed end to end. No gold tag is read
     (unless --gold-tags), so it parses CoNLL-U whose HEAD, DEPREL and UPOS are
     `_` and plain text (--format, or any file named *.txt: a sentence a line,
@@ -34,20 +40,23 @@ The Python counterpart of examples/train_treebank_parser.cpp. What to copy into 
 
   * a saved parser, Thinc's to_disk / from_disk conventions (Parser.to_disk,
     Parser.from_disk): a folder with config.json (format, version, sizes, the
-    loss and decoder trained for), vocab.json and model/ (the whole Thinc
-    model's Model.to_disk: encoder, arc scorer and labeler, the averaged
-    parameters that parse).
+    arc loss trained with, the decoder and tree kind that parse), vocab.json and model/
+    (the whole Thinc model's Model.to_disk: encoder, arc scorer and labeler, the averaged
+    parameters that parse). Version 3 records --loss, --decode and --projective; a version 2
+    folder (before them) loads as local / mst / non-projective, what it was trained for.
 
     python3 examples/python/train_treebank_parser.py --train FILE --dev FILE [--epochs N]
         [--minutes M (15)] [--threads N] [--out FILE] [--parse FILE]... [--quick]
         [--width D] [--layers L] [--arc-hidden H] [--label-hidden H] [--lr LR]
         [--dropout P] [--batch-words W] [--seed S] [--gold-tags] [--save DIR] [--no-check]
+        [--loss local|crf] [--decode mst|mbr] [--projective]
     python3 examples/python/train_treebank_parser.py --model DIR [--dev FILE] [--parse FILE]...
-        [--format auto|conllu|text] [--out FILE] [--threads N]
+        [--format auto|conllu|text] [--out FILE] [--threads N] [--decode mst|mbr] [--projective]
 
 --save DIR writes the trained parser (its averaged parameters, which parse);
 --model DIR loads one instead of training and gives the same parses, byte for
-byte. --out FILE writes the parse of the one --parse file (else of the dev file).
+byte; it decodes as saved (--decode, --projective given with it decode otherwise).
+--out FILE writes the parse of the one --parse file (else of the dev file).
 
 Defaults: width 256, 4 blocks, arc hidden 256, label hidden 128, dropout 0.25, lr 2e-3,
 batches of about 1000 words, at most 30 epochs (--quick: 128 / 128 / 64, 500 words, 6 epochs).
@@ -122,18 +131,28 @@ def parse_args(argv):
                     help="words per training batch (default 1000; --quick 500)")
     ap.add_argument("--budget-mb", type=float, default=16.0, help="the scorers' batch budget")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--loss", choices=("local", "crf"), default=None,
+                    help="arc loss: local (cross_entropy_heads, default) or crf (the tree CRF)")
+    ap.add_argument("--decode", choices=("mst", "mbr"), default=None,
+                    help="heads: mst (the best tree of the scores, default) or mbr (the most expected correct "
+                         "heads under the tree CRF's marginals); with --model: the saved parser's unless given")
+    ap.add_argument("--projective", action="store_true", default=None,
+                    help="projective trees: Eisner's decoder, the projective CRF (non-projective training "
+                         "sentences skipped under --loss crf)")
     a = ap.parse_args(argv)
     if a.quick:
         a.train = a.train or str(SAMPLE_DIR / "en_ewt-sample-train.conllu")
         a.dev = a.dev or str(SAMPLE_DIR / "en_ewt-sample-dev.conllu")
     if a.model:
-        if a.train or a.save or a.quick or a.gold_tags:
-            ap.error("--model DIR parses with a saved parser: --train, --save, --quick and --gold-tags do not go "
-                     "with it")
+        if a.train or a.save or a.quick or a.gold_tags or a.loss:
+            ap.error("--model DIR parses with a saved parser: --train, --save, --quick, --gold-tags and --loss do "
+                     "not go with it")
         if not a.dev and not a.parse:
             ap.error("--model DIR needs something to parse: --parse FILE or --dev FILE")
     elif not a.train or not a.dev:
         ap.error("--train and --dev are required (or --quick, or --model DIR)")
+    else:  # training: the defaults (with --model, None: the saved parser's)
+        a.loss, a.decode, a.projective = a.loss or "local", a.decode or "mst", bool(a.projective)
     if a.out and len(a.parse) > 1:
         ap.error(f"--out FILE writes the parse of one --parse file (or of --dev), not of {len(a.parse)}")
     # Unset sizes: --quick's smaller ones, so that the smoke test takes seconds.
@@ -192,8 +211,8 @@ def choose_gemm():
 
 import biaffine  # noqa: E402
 from biaffine import conllu  # noqa: E402
-from biaffine.thinc import (BiaffineLabeler, BiaffineScorer, with_minibatch_by_padded_size,  # noqa: E402
-                            with_splits)
+from biaffine.thinc import (BiaffineLabeler, BiaffineScorer, TreeCRFLoss,  # noqa: E402
+                            with_minibatch_by_padded_size, with_splits)
 
 # --- features ----------------------------------------------------------------
 
@@ -393,10 +412,15 @@ class Parser:
         self.tagger = Softmax(len(v.upos) + 1, a.width)
         self.model = Model("treebank_parser", self._forward,
                            layers=[self.encoder, self.arcs, self.labeler, self.tagger])
+        # How it was trained and how it decodes (config.json's "loss", "decode", "projective").
+        self.loss, self.decode, self.projective = a.loss, a.decode, a.projective
 
     # Version 2: the tagger, and gold tags only when trained with them (vocab.json's gold_tags).
-    FORMAT, VERSION = "biaffine-treebank-parser-py", 2
+    # Version 3: the arc loss, the decoder and the tree kind (--loss, --decode, --projective).
+    FORMAT, VERSION = "biaffine-treebank-parser-py", 3
     SIZES = ("width", "layers", "arc_hidden", "label_hidden", "dropout", "seed")
+    # What a version 2 folder was trained and parsed with.
+    V2_DEFAULTS = {"loss": "local", "decode": "mst", "projective": False}
 
     def to_disk(self, path):
         """Thinc's convention: a folder; config.json written last, so a save that failed half
@@ -406,26 +430,50 @@ class Parser:
         (path / "config.json").unlink(missing_ok=True)
         (path / "vocab.json").write_text(json.dumps(self.v.to_dict()), encoding="utf-8")
         self.model.to_disk(path / "model")
-        config = {"format": self.FORMAT, "version": self.VERSION, "loss": "cross_entropy_heads+cross_entropy_labels",
-                  "decoder": "mst_heads", **{k: getattr(self.args, k) for k in self.SIZES}}
+        config = {"format": self.FORMAT, "version": self.VERSION, "loss": self.loss, "decode": self.decode,
+                  "projective": self.projective, **{k: getattr(self.args, k) for k in self.SIZES}}
         (path / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
 
     @classmethod
     def from_disk(cls, path, threads: int, budget_mb: float):
-        """A parser as to_disk saved it; a folder that does not fit raises ValueError or OSError
-        naming the file."""
+        """A parser as to_disk saved it (version 3, or 2 with V2_DEFAULTS); a folder that does not
+        fit raises ValueError or OSError naming the file."""
         path = Path(path)
         config_path = path / "config.json"
         config = json.loads(config_path.read_text(encoding="utf-8"))
-        for key, want in (("format", cls.FORMAT), ("version", cls.VERSION),
-                          ("loss", "cross_entropy_heads+cross_entropy_labels"), ("decoder", "mst_heads")):
+        version = config.get("version")
+        if version == 2:  # before --loss / --decode / --projective
+            expect = (("format", cls.FORMAT), ("loss", "cross_entropy_heads+cross_entropy_labels"),
+                      ("decoder", "mst_heads"))
+        else:
+            expect = (("format", cls.FORMAT), ("version", cls.VERSION))
+        for key, want in expect:
             if config.get(key) != want:
-                raise ValueError(f"{config_path}: {key} {config.get(key)!r}, this program reads {want!r}")
+                reads = "2 or 3" if key == "version" else repr(want)
+                raise ValueError(f"{config_path}: {key} {config.get(key)!r}, this program reads {reads}")
+        if version == 2:  # what it was trained and parsed with
+            config = {**config, **cls.V2_DEFAULTS}
+        else:
+            for key, allowed in (("loss", ("local", "crf")), ("decode", ("mst", "mbr")), ("projective", (False, True))):
+                if config.get(key) not in allowed:
+                    raise ValueError(f"{config_path}: {key} {config.get(key)!r}, expected one of {allowed}")
         v = Vocab.from_dict(json.loads((path / "vocab.json").read_text(encoding="utf-8")))
-        args = argparse.Namespace(threads=threads, budget_mb=budget_mb, **{k: config[k] for k in cls.SIZES})
+        args = argparse.Namespace(threads=threads, budget_mb=budget_mb, **{k: config[k] for k in cls.SIZES},
+                                  loss=config["loss"], decode=config["decode"], projective=config["projective"])
         p = cls(v, args)
         p.model.from_disk(path / "model")
         return p
+
+    def heads(self, A):
+        """Heads of each split's arc logits [n, n], by the parser's decoder and tree kind."""
+        if self.decode == "mbr":
+            return biaffine.mbr_heads(A, projective=self.projective)
+        decoder = biaffine.eisner_heads if self.projective else biaffine.mst_heads
+        return [decoder(a) for a in A]
+
+    def describe(self):
+        return (f"arc loss {self.loss}, decoder {self.decode} "
+                f"({'projective' if self.projective else 'non-projective'} trees)")
 
     def set_threads(self, n: int):
         self.batcher.attrs["threads"] = n
@@ -482,7 +530,7 @@ class Parser:
                 doc_X.append(H[r:r + int(split.sum())])
                 doc_splits.append(split)
                 r += int(split.sum())
-            heads = [biaffine.mst_heads(a) for a in self.arcs.predict((doc_X, doc_splits))]
+            heads = self.heads(self.arcs.predict((doc_X, doc_splits)))
             starts = np.cumsum(lengths) - lengths
             rows_of_heads = np.concatenate([h + s for h, s in zip(heads, starts)])
             best = self.labeler.predict((H, rows_of_heads)).argmax(axis=1)
@@ -538,6 +586,13 @@ def neighbour_baselines(path):
     return conllu.evaluate(gold, left).uas, conllu.evaluate(gold, right).uas
 
 
+def is_projective(heads):
+    """Whether no two arcs of a tree (split-relative heads, the root pointing at itself) cross,
+    the root's arc coming from before the first word."""
+    spans = [(-1, d) if h == d else (min(h, d), max(h, d)) for d, h in enumerate(heads)]
+    return not any(a < c < b < e for a, b in spans for c, e in spans)
+
+
 def cpu_seconds():
     return time.process_time()
 
@@ -570,6 +625,13 @@ def train_parser(a, train, dev, log):
     """Trains a parser on `train`, scoring `dev` after every epoch; returns the parser, its
     optimizer (whose averages parse) and the last dev scores."""
     rng = np.random.default_rng(a.seed + 3)
+    if a.projective:
+        projective = [is_projective(conllu.scorer_heads(s)) for s in train]
+        crossing = len(train) - sum(projective)
+        if a.loss == "crf":  # the projective CRF has no tree for them: skipped
+            train = [s for s, ok in zip(train, projective) if ok]
+        print(f"--projective: {crossing} training sentences have a non-projective gold tree: "
+              f"{'skipped (the projective CRF has no tree for them)' if a.loss == 'crf' else 'kept (local loss)'}")
     v = Vocab(train, a.gold_tags)
     train_words = sum(len(s.words) for s in train)
     print(f"train: {a.train} ({len(train)} sentences, {train_words} words)\n"
@@ -592,7 +654,9 @@ def train_parser(a, train, dev, log):
     threads = Threads(p)
     threads.set(a.threads)
     p.initialize(feats[0], np.asarray([len(feats[0])], dtype=np.int32), gold_heads[0])
-    print(f"encoder GEMMs on {gemm}; {Threads.describe()}")
+    print(f"encoder GEMMs on {gemm}; {Threads.describe()}; {p.describe()}")
+    # The tree CRF as a Thinc loss; normalized, its scale is 1 / words of the batch, as below.
+    crf = TreeCRFLoss(projective=a.projective) if a.loss == "crf" else None
     optimizer = Adam(a.lr, beta1=0.9, beta2=0.9, use_averages=True)
     log.checkpoint("model initialized")
 
@@ -621,7 +685,10 @@ def train_parser(a, train, dev, log):
             rows_of_heads = np.concatenate([gold_heads[k] + s for k, s in zip(idx, starts)])
             (A, L, T), backprop = p.model.begin_update((Ragged(X, lengths), rows_of_heads))
             scale = 1.0 / n
-            arc_loss, dA = biaffine.cross_entropy_heads(A, [gold_heads[k] for k in idx], scale)
+            if crf is not None:
+                dA, arc_loss = crf(A, [gold_heads[k] for k in idx])
+            else:
+                arc_loss, dA = biaffine.cross_entropy_heads(A, [gold_heads[k] for k in idx], scale)
             label_loss, (dL,) = biaffine.cross_entropy_labels([L], [np.concatenate([gold_labels[k] for k in idx])],
                                                               scale)
             tag_loss, dT = tag_cross_entropy(T, np.concatenate([gold_tags[k] for k in idx]), scale)
@@ -690,7 +757,11 @@ def main():
             print(f"train_treebank_parser.py: cannot load the parser in {a.model}: {type(e).__name__}: {e}",
                   file=sys.stderr)
             return 2
-        print(f"model: {a.model} (loaded, not trained)")
+        if a.decode is not None:
+            p.decode = a.decode
+        if a.projective is not None:
+            p.projective = a.projective
+        print(f"model: {a.model} (loaded, not trained; {p.describe()})")
         log.checkpoint("loaded")
         averaged = contextlib.nullcontext
         last = None

@@ -22,6 +22,7 @@
 #include "biaffine/detail/buffer_scheduler.hpp"
 #include "biaffine/detail/counter.hpp"
 #include "biaffine/detail/gradient_guard.hpp"
+#include "biaffine/detail/stream_delivery.hpp"
 #include "biaffine/errors.hpp"
 #include "biaffine/layer.hpp"
 #include "biaffine/tensor.hpp"
@@ -48,10 +49,6 @@ struct indexed_heads {
     decltype(auto) operator[](std::size_t j) const { return (*all)[index[j]]; }
 };
 
-// Thrown inside a batch whose buffer must not deliver because an earlier
-// buffer failed; never leaves the layer (the earlier error does).
-struct delivery_cancelled {};
-
 }  // namespace detail
 
 /// Options of with_minibatch_by_padded_size.
@@ -61,8 +58,9 @@ struct batch_options {
     /// Threads for inference (`predict`, `predict_stream`): batches run
     /// concurrently, one workspace per thread, so the bound becomes threads x
     /// budget. A thread with nothing left in the current buffer plans the
-    /// next one, so the threads stay busy across buffers; buffers still
-    /// deliver in order (a batch waits for every earlier buffer to deliver).
+    /// next one, so the threads stay busy across buffers. A stream delivers
+    /// in the one-thread order: a batch computed before its turn holds its
+    /// splits in its thread's block (within the budget) until then.
     /// Results are identical to one thread. At most
     /// `std::thread::hardware_concurrency()` threads run (larger values,
     /// e.g. SIZE_MAX for "all cores", are clamped to it), and never more
@@ -72,8 +70,9 @@ struct batch_options {
     std::size_t threads = 1;
     /// With threads > 1, let `predict_stream` call the sink from several
     /// threads at once (it must then be thread-safe, e.g. write to per-split
-    /// slots). Off: sink calls are serialised, so per-split work done in the
-    /// sink (decoding) runs on one thread at a time.
+    /// slots): the batches of one buffer deliver together, buffers in order.
+    /// Off: sink calls are serialised and come in the one-thread order, so
+    /// per-split work done in the sink (decoding) runs on one thread at a time.
     bool concurrent_sink = false;
 };
 
@@ -198,7 +197,7 @@ public:
     {
         score_list<O> Y = placeholders(X.size());
         run<false>(X, mode::eval, opts_.threads, /*reserve=*/false, /*kept=*/0,
-            [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t, auto&&) {
+            [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t, auto&&, std::size_t) {
             score_list<O> Yb = inner_.predict(items);
             for (std::size_t j = 0; j < items.size(); ++j) Y[index[j]] = std::move(Yb[j]);
         });
@@ -206,13 +205,15 @@ public:
     }
 
     /// Streaming: `sink(k, score_view<const O>)` for every split k (in batch
-    /// order, not input order); each view lives only during its call. The
-    /// sink is never called concurrently unless `options().concurrent_sink`.
+    /// order, not input order; with threads, the same order as one thread
+    /// unless `options().concurrent_sink`); each view lives only during its
+    /// call. The sink is never called concurrently unless
+    /// `options().concurrent_sink`.
     template <class Items, class Sink>
     void predict_stream(const Items& X, Sink&& sink) const
     {
-        stream_batches<false>(X, [&](const auto& items, span<const std::size_t> index, auto&&, auto&& give) {
-            inner_.predict_stream(items, [&](std::size_t j, score_view<const O> s) { give([&] { sink(index[j], s); }); });
+        stream_batches<false>(X, sink, /*copy=*/true, [&](const auto& items, span<const std::size_t>, auto&&, auto& give) {
+            inner_.predict_stream(items, give);
         });
     }
 
@@ -225,10 +226,10 @@ public:
     template <class Items, class Dest, class Sink>
     void predict_stream_into(const Items& X, Dest&& dest, Sink&& sink) const
     {
-        stream_batches<false>(X, [&](const auto& items, span<const std::size_t> index, auto&& place, auto&& give) {
+        stream_batches<false>(X, sink, /*copy=*/false,
+                              [&](const auto& items, span<const std::size_t> index, auto&& place, auto& give) {
             inner_.predict_stream_into(
-                items, [&](std::size_t j, std::size_t n) { return place([&] { return dest(index[j], n); }); },
-                [&](std::size_t j, score_view<const O> s) { give([&] { sink(index[j], s); }); });
+                items, [&](std::size_t j, std::size_t n) { return place([&] { return dest(index[j], n); }); }, give);
         });
     }
 
@@ -264,7 +265,8 @@ public:
         check_split_heads(X, H);
         score_list<O> Y = placeholders(X.size());
         run<true>(X, mode::eval, opts_.threads, /*reserve=*/false, /*kept=*/0,
-                  [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t, auto&&) {
+                  [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t, auto&&,
+                      std::size_t) {
                       score_list<O> Yb = inner_.predict_heads(items, detail::indexed_heads<Heads>{&H, index});
                       for (std::size_t j = 0; j < items.size(); ++j) Y[index[j]] = std::move(Yb[j]);
                   });
@@ -278,9 +280,9 @@ public:
     {
         static_assert(check_heads_layer<inner_type>());
         check_split_heads(X, H);
-        stream_batches<true>(X, [&](const auto& items, span<const std::size_t> index, auto&&, auto&& give) {
-            inner_.predict_heads_stream(items, detail::indexed_heads<Heads>{&H, index},
-                                        [&](std::size_t j, seq_view<const O> y) { give([&] { sink(index[j], y); }); });
+        stream_batches<true>(X, sink, /*copy=*/true,
+                             [&](const auto& items, span<const std::size_t> index, auto&&, auto& give) {
+            inner_.predict_heads_stream(items, detail::indexed_heads<Heads>{&H, index}, give);
         });
     }
 
@@ -291,11 +293,11 @@ public:
     {
         static_assert(check_heads_layer<inner_type>());
         check_split_heads(X, H);
-        stream_batches<true>(X, [&](const auto& items, span<const std::size_t> index, auto&& place, auto&& give) {
+        stream_batches<true>(X, sink, /*copy=*/false,
+                             [&](const auto& items, span<const std::size_t> index, auto&& place, auto& give) {
             inner_.predict_heads_stream_into(
                 items, detail::indexed_heads<Heads>{&H, index},
-                [&](std::size_t j, std::size_t n) { return place([&] { return dest(index[j], n); }); },
-                [&](std::size_t j, seq_view<const O> y) { give([&] { sink(index[j], y); }); });
+                [&](std::size_t j, std::size_t n) { return place([&] { return dest(index[j], n); }); }, give);
         });
     }
 
@@ -340,12 +342,15 @@ private:
 
     // The streams: `call(items, index, place, give)` runs one batch, where
     // place(f) returns f() (a destination), serialised with the sink
-    // calls, and give(f) delivers: it waits for the batch's turn once
-    // (outside the sink lock: the batch whose turn it is needs it), then
-    // calls f, serialised unless concurrent_sink.
-    template <bool Heads, class Items, class Call>
-    void stream_batches(const Items& X, Call&& call) const
+    // calls, and give(j, view) hands the batch's split j to `sink(index[j],
+    // view)` in the batch's turn (detail::stream_delivery: parked in
+    // `room` bytes of the thread's block before it), serialised unless
+    // concurrent_sink. `copy`: the views point at memory the inner layer
+    // reuses for the next split (else at the caller's, from dest).
+    template <bool Heads, class Items, class Sink, class Call>
+    void stream_batches(const Items& X, Sink& sink, bool copy, Call&& call) const
     {
+        using view = std::conditional_t<Heads, seq_view<const O>, score_view<const O>>;
         std::mutex sink_mutex;
         const auto serialised = [&](auto&& f) -> decltype(f()) {
             if (opts_.concurrent_sink) return f();
@@ -354,15 +359,16 @@ private:
         };
         run<Heads>(X, mode::eval, opts_.threads, /*reserve=*/true, /*kept=*/0,
                    [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t,
-                       auto&& my_turn) {
-                       bool turn_taken = false;
-                       call(items, index, serialised, [&](auto&& f) {
-                           if (!turn_taken) {
-                               if (!my_turn()) throw detail::delivery_cancelled{};
-                               turn_taken = true;
-                           }
-                           serialised(f);
-                       });
+                       const auto& turn, std::size_t room) {
+                       scratch<unsigned char> parking(room);  // carved before the inner layer's scratch
+                       detail::stream_delivery<view, std::decay_t<decltype(turn)>> d(turn, parking.data(), room,
+                                                                                      copy);
+                       const auto deliver = [&](std::size_t j, const view& v) {
+                           serialised([&] { sink(index[j], v); });
+                       };
+                       auto give = [&](std::size_t j, const view& v) { d.give(j, v, deliver); };
+                       call(items, index, serialised, give);
+                       d.finish(deliver);
                    });
     }
 
@@ -387,7 +393,8 @@ private:
         tracked_vector<std::size_t> index;
         index.reserve(n);
         run<Heads>(X, m, 1, /*reserve=*/false, kept_bytes<Heads>(n, m),
-                   [&](span<const seq_view<const T>> items, span<const std::size_t> idx, std::size_t max_len, auto&&) {
+                   [&](span<const seq_view<const T>> items, span<const std::size_t> idx, std::size_t max_len, auto&&,
+                       std::size_t) {
             auto [Yb, bp] = call(items, idx, m);
             records.push_back({index.size(), items.size(), max_len, std::move(bp)});
             for (std::size_t j = 0; j < items.size(); ++j) {
@@ -440,15 +447,17 @@ private:
     }
 
     // Pays the bookkeeping out of the budget, then has detail::buffer_scheduler
-    // plan every buffer and call `batch(items, input_indices, max_len,
-    // my_turn)` once per batch inside a workspace sized by the batch's
-    // reported scratch; with threads > 1 batches run concurrently. A batch
-    // calls `my_turn()` before it delivers anything: it returns when every
-    // earlier buffer has delivered, false if an earlier one failed.
-    // `reserve` (streaming: no batch output is allocated beside the
-    // workspace) gives each thread one block for the whole call, sized for
-    // the largest batch of the plan (buffer_schedule::reserve), under a byte
-    // budget. `kept` (forward: kept_bytes()) is paid out of a byte budget
+    // plan every buffer and call `batch(items, input_indices, max_len, turn,
+    // room)` once per batch inside a workspace sized by the batch's
+    // reported scratch plus `room` bytes; with threads > 1 batches run
+    // concurrently. A batch asks `turn` before it delivers anything (see
+    // buffer_scheduler). `reserve` (streaming: no batch output is allocated
+    // beside the workspace) gives each thread one block for the whole call,
+    // sized for the largest batch of the plan (buffer_schedule::reserve),
+    // under a byte budget; with threads > 1 a stream's batch also gets
+    // `room` to park splits before its turn: what the budget charges it for
+    // its outputs and their list, at most what the limit leaves beside its
+    // scratch and heap. `kept` (forward: kept_bytes()) is paid out of a byte budget
     // with the bookkeeping. `Heads`: batches cost the inner layer's
     // heads_cost rather than its cost.
     template <bool Heads, class Items, class Batch>
@@ -495,22 +504,33 @@ private:
                                                  " cannot be sized: ", e.what()));
             }
         };
+        const std::size_t n_threads = std::min(threads, threads_for(n));
+        const bool park = reserve && n_threads > 1;
+        auto room = [&](const batch_cost& c, std::size_t count) -> std::uint64_t {
+            if (!park) return 0;
+            const std::uint64_t want = detail::round_up_bytes(detail::checked_add(
+                c.outputs, detail::checked_mul(count, sizeof(score_tensor<O>), "parking room"), "parking room"));
+            if (budget_.kind != budget_kind::bytes) return want;
+            const std::uint64_t used = detail::checked_add(c.scratch, c.heap, "parking room");
+            const std::uint64_t left = used < limit ? (limit - used) / detail::scratch_alignment * detail::scratch_alignment : 0;
+            return std::min(want, left);
+        };
         auto workspace = [&](std::size_t count, std::size_t len) {
             const batch_cost c = inner_cost<Heads>(count, len, m);
-            detail::batch_workspace w{c.scratch};
+            detail::batch_workspace w{detail::checked_add(c.scratch, room(c, count), "parking room")};
             // Under a byte budget the block kept from an earlier batch counts
             // against this one: reuse it only while it fits beside this
             // batch's other memory (heap, outputs; a stream allocates no
             // outputs), else size it to this batch.
             if (budget_.kind == budget_kind::bytes) {
                 const std::uint64_t others = reserve ? c.heap : planned<Heads>(count, len, m) - c.scratch;
-                w.keep = std::max(c.scratch, others < limit ? limit - others : 0);
+                w.keep = std::max(w.scratch, others < limit ? limit - others : 0);
             }
             return w;
         };
         detail::buffer_schedule s;
         s.buffer = opts_.buffer;
-        s.threads = std::min(threads, threads_for(n));
+        s.threads = n_threads;
         s.limit = limit;
         s.budget = budget_.value;
         s.unit = budget_.kind == budget_kind::bytes ? "bytes" : "padded items";
@@ -521,7 +541,13 @@ private:
         // budget, where an items budget bounds no bytes (a batch may need
         // more than memory holds, and must fail in its turn, not up front).
         s.reserve = reserve && budget_.kind == budget_kind::bytes;
-        detail::run_buffers<T>(X, s, cost, workspace, batch);
+        s.batch_order = !opts_.concurrent_sink;
+        detail::run_buffers<T>(X, s, cost, workspace,
+                               [&](span<const seq_view<const T>> items, span<const std::size_t> index,
+                                   std::size_t max_len, const auto& turn) {
+                                   const std::uint64_t r = room(inner_cost<Heads>(items.size(), max_len, m), items.size());
+                                   batch(items, index, max_len, turn, static_cast<std::size_t>(r));
+                               });
     }
 
     budget budget_;

@@ -3,7 +3,7 @@
 # b sequences of a padded batch of length L. Checked with mypy's stubtest
 # (left: "metaclass differs", pybind11's own metaclass).
 import builtins
-from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -147,6 +147,24 @@ def cross_entropy_heads(Y: Sequence[_FloatArray], gold_heads: Sequence[_IntList]
 def cross_entropy_labels(Y: Sequence[_FloatArray], gold_labels: Sequence[_IntList],
                          scale: float = 1.0) -> Tuple[float, List[_FloatArray]]:
     """Label logits [n, o] per split, gold labels [n] per split -> (loss, dY [n, o] per split)."""
+@overload
+def tree_log_partition(scores: _FloatArray, *, projective: bool = False) -> float:
+    """log Z over the trees with one root of scores [n, n] (projective: Eisner's trees)."""
+@overload
+def tree_log_partition(scores: Sequence[_FloatArray], *, projective: bool = False) -> List[float]: ...
+@overload
+def tree_marginals(scores: _FloatArray, *, projective: bool = False) -> _FloatArray:
+    """Arc marginals P(head(m) = h) [n, n] (the scores' dtype), rows summing to 1."""
+@overload
+def tree_marginals(scores: Sequence[_FloatArray], *, projective: bool = False) -> List[_FloatArray]: ...
+@overload
+def mbr_heads(scores: _FloatArray, *, projective: bool = False) -> _Int64Array:
+    """The tree maximising the sum of its arcs' marginals: scores [n, n] -> heads [n]."""
+@overload
+def mbr_heads(scores: Sequence[_FloatArray], *, projective: bool = False) -> List[_Int64Array]: ...
+def tree_crf_loss(Y: Sequence[_FloatArray], gold_heads: Sequence[_IntList], scale: float = 1.0, *,
+                  projective: bool = False) -> Tuple[float, List[_FloatArray]]:
+    """Arc logits [n, n] per split, gold heads [n] per split (-1: unknown) -> (loss, dY [n, n] per split)."""
 def is_tree(heads: _IntList) -> bool: ...
 def lazy_split(sent_start_scores: _FloatArray, max_length: int) -> List[int]:
     """Sentence-start scores or probabilities [n_tokens] -> split lengths (each <= max_length)."""

@@ -15,6 +15,10 @@ of spaCy-experimental's layers of the same names, so they can be swapped in::
         with_splits(with_minibatch_by_padded_size(scorer, size=biaffine.budget.megabytes(16))),
     )                                     # List[Floats2d] out: one [n, n] per split
 
+``TreeCRFLoss`` is the tree CRF loss of the scorer's arc logits as a Thinc
+loss (``d_Y, loss = TreeCRFLoss(projective=False)(Y, gold_heads)``, gold
+``-1`` unknown); ``biaffine.cross_entropy_heads`` is the local one.
+
 ``BiaffineLabeler`` is the label model over given heads, with the input and
 output of spaCy-experimental's ``Bilinear`` (``(Floats2d [N, nI], Ints1d
 heads [N]) -> Floats2d [N, nO]``), its weights Thinc params as well.
@@ -46,6 +50,7 @@ from typing import Callable, List, Optional, Tuple, Union
 
 import numpy as np
 from thinc.api import Model, deserialize_attr, serialize_attr
+from thinc.loss import Loss
 from thinc.types import Floats2d, Floats3d, Ints1d
 
 import biaffine as _b
@@ -566,6 +571,48 @@ def _pad_forward(model: Model, X, is_train: bool):
     return Y, backprop
 
 
+# -------------------------------------------------------------------- losses
+
+
+class TreeCRFLoss(Loss):
+    """The first-order tree CRF loss of a ``BiaffineScorer``'s arc logits, Thinc's way:
+    ``d_guesses, loss = TreeCRFLoss(projective=False)(guesses, truths)``.
+
+    ``guesses`` is the scorer's training output with ``train_outputs="logits"``
+    (one ``[n, n]`` array per split: rows dependents, columns heads, the
+    diagonal the root), ``truths`` one gold head array per split (split-relative,
+    the root pointing at itself, ``-1`` for an unknown head: partial
+    annotation). The loss is ``log Z - log Z(trees agreeing with the known
+    heads)`` summed over the splits, its gradient the arc marginals minus the
+    constrained ones (``biaffine.tree_crf_loss``); ``projective`` sums over
+    Eisner's trees instead of all spanning trees. ``normalize`` (default)
+    divides both by the number of tokens. Bad gold (a cycle, two roots, a
+    head out of range, a non-projective gold tree under ``projective=True``)
+    raises ``biaffine.HeadError`` / ``LengthError`` naming the split and token.
+    The guesses must be logits: probabilities would train a wrong model
+    without an error.
+    """
+
+    def __init__(self, *, projective: bool = False, normalize: bool = True):
+        if not isinstance(projective, (bool, np.bool_)):
+            raise TypeError(f"TreeCRFLoss: projective must be True or False, got {type(projective).__name__}")
+        self.projective = bool(projective)
+        self.normalize = normalize
+
+    def __call__(self, guesses: List[Floats2d], truths: List[Ints1d]) -> Tuple[List[Floats2d], float]:
+        guesses = list(guesses)
+        tokens = sum(int(g.shape[0]) for g in guesses)
+        scale = 1.0 / tokens if self.normalize and tokens else 1.0
+        loss, d = _b.tree_crf_loss(guesses, list(truths), scale, projective=self.projective)
+        return d, loss
+
+    def get_grad(self, guesses: List[Floats2d], truths: List[Ints1d]) -> List[Floats2d]:
+        return self(guesses, truths)[0]
+
+    def get_loss(self, guesses: List[Floats2d], truths: List[Ints1d]) -> float:
+        return self(guesses, truths)[1]
+
+
 __all__ = ["BiaffineScorer", "BiaffineLabeler", "with_splits", "with_minibatch_by_padded_size",
            "with_pad_seq_unpad_matrix",
-           "get_scorer", "PARAM_NAMES"]
+           "TreeCRFLoss", "get_scorer", "PARAM_NAMES"]

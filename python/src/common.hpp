@@ -102,6 +102,29 @@ py::array_t<T> exact_array(const py::handle& obj, const std::string& what, int n
     return py::reinterpret_borrow<py::array_t<T>>(a);
 }
 
+// A 2-d square score matrix [n, n] of `item`-byte elements: (n, row stride
+// in elements). Rows may be strided (a block of a padded batch), elements
+// not.
+inline std::pair<std::size_t, std::size_t> square_rows(const py::array& a, std::size_t item, const std::string& where)
+{
+    if (a.ndim() != 2) {
+        throw_shape(where + ": expected a square [n, n] score matrix, got " + std::to_string(a.ndim()) +
+                    " dimensions");
+    }
+    if (a.shape(0) != a.shape(1)) {
+        throw_shape(where + ": expected a square [n, n] score matrix, got [" + std::to_string(a.shape(0)) + ", " +
+                    std::to_string(a.shape(1)) + "]");
+    }
+    const auto n = static_cast<std::size_t>(a.shape(0));
+    const auto size = static_cast<py::ssize_t>(item);
+    if (n > 1 && (a.strides(1) != size || a.strides(0) <= 0 || a.strides(0) % size != 0)) {
+        throw py::value_error(where +
+                              ": each row must be contiguous (row stride a positive multiple of the item size); "
+                              "pass np.ascontiguousarray(...)");
+    }
+    return {n, n > 1 ? static_cast<std::size_t>(a.strides(0) / size) : n};
+}
+
 // ------------------------------------------------------- owning outputs
 
 // A numpy array that views `c`'s buffer and owns `c` through a capsule.
@@ -311,6 +334,45 @@ inline heads_t read_int_lists(const py::handle& obj, const std::string& what)
     return out;
 }
 
+// Per-split arrays of one dtype, viewed in place as xtensor adaptors.
+template <class T>
+struct split_arrays {
+    std::vector<py::array_t<T>> keep;
+    std::vector<decltype(xt::adapt(std::declval<const T*>(), std::size_t{}, xt::no_ownership(),
+                                   std::declval<std::vector<std::size_t>>()))>
+        views;
+};
+
+template <class T>
+inline split_arrays<T> read_split_arrays(const py::sequence& seq, const std::string& what)
+{
+    split_arrays<T> out;
+    out.keep.reserve(seq.size());
+    out.views.reserve(seq.size());
+    for (std::size_t k = 0; k < seq.size(); ++k) {
+        out.keep.push_back(exact_array<T>(seq[k], what + "[" + std::to_string(k) + "]", -1, ""));
+        const auto& a = out.keep.back();
+        std::vector<std::size_t> shape(a.shape(), a.shape() + a.ndim());
+        out.views.push_back(xt::adapt(a.data(), static_cast<std::size_t>(a.size()), xt::no_ownership(), shape));
+    }
+    return out;
+}
+
+// A list of per-split arrays is read as float64 when its first one is.
+inline bool first_is_float64(const py::sequence& seq)
+{
+    return seq.size() != 0 && py::isinstance<py::array>(seq[0]) &&
+           py::reinterpret_borrow<py::array>(seq[0]).dtype().is(py::dtype::of<double>());
+}
+
+// Heads (or labels) as a 1-d int64 array.
+inline py::array_t<std::int64_t> to_int64(const std::vector<std::size_t>& h)
+{
+    py::array_t<std::int64_t> out(static_cast<py::ssize_t>(h.size()));
+    for (std::size_t i = 0; i < h.size(); ++i) out.mutable_at(i) = static_cast<std::int64_t>(h[i]);
+    return out;
+}
+
 template <class T>
 py::list adopt_scores(biaffine::score_list<T>& Y)
 {
@@ -375,6 +437,7 @@ void bind_budget(py::module_& m);        // layers.cpp: the budget class
 void bind_scorer_float32(py::module_& m);  // scorer_float32.cpp
 void bind_scorer_float64(py::module_& m);  // scorer_float64.cpp
 void bind_decoding(py::module_& m);      // decoding.cpp: decoders, losses, is_tree
+void bind_tree_crf(py::module_& m);      // tree_crf.cpp: log Z, arc marginals, the tree CRF loss, MBR heads
 void bind_layers(py::module_& m);        // layers.cpp: splitting, batching, the bilinear kernel
 void bind_io(py::module_& m);            // io.cpp: .npy save / load, memory accounting
 

@@ -20,34 +20,16 @@ py::array_t<std::int64_t> decode(const py::handle& obj, const char* where, F&& f
                              type_of(obj));
     }
     auto a = py::reinterpret_borrow<py::array>(obj);
-    if (a.ndim() != 2) {
-        throw_shape(std::string(where) + ": expected a square [n, n] score matrix, got " + std::to_string(a.ndim()) +
-                    " dimensions");
-    }
     auto run = [&](auto tag) {
         using T = decltype(tag);
-        const auto item = static_cast<py::ssize_t>(sizeof(T));
-        const std::size_t n = static_cast<std::size_t>(a.shape(0));
-        if (a.shape(0) != a.shape(1)) {
-            throw_shape(std::string(where) + ": expected a square [n, n] score matrix, got [" +
-                        std::to_string(a.shape(0)) + ", " + std::to_string(a.shape(1)) + "]");
-        }
-        // Rows may be strided (a block of a padded batch), elements not.
-        if (n > 1 && (a.strides(1) != item || a.strides(0) <= 0 || a.strides(0) % item != 0)) {
-            throw py::value_error(std::string(where) +
-                                  ": each row must be contiguous (row stride a positive multiple of the item size); "
-                                  "pass np.ascontiguousarray(...)");
-        }
+        const auto [n, stride] = square_rows(a, sizeof(T), where);
         const T* data = static_cast<const T*>(a.data());
-        const std::size_t stride = n > 1 ? static_cast<std::size_t>(a.strides(0) / item) : n;
         std::vector<std::size_t> h;
         {
             py::gil_scoped_release release;
             h = f(data, n, stride);
         }
-        py::array_t<std::int64_t> out(static_cast<py::ssize_t>(h.size()));
-        for (std::size_t i = 0; i < h.size(); ++i) out.mutable_at(i) = static_cast<std::int64_t>(h[i]);
-        return out;
+        return to_int64(h);
     };
     if (a.dtype().is(py::dtype::of<float>())) return run(float{});
     if (a.dtype().is(py::dtype::of<double>())) return run(double{});
@@ -57,30 +39,6 @@ py::array_t<std::int64_t> decode(const py::handle& obj, const char* where, F&& f
 }
 
 // ------------------------------------------------------------------ losses
-
-// Per-split arrays of one dtype, viewed in place as xtensor adaptors.
-template <class T>
-struct split_arrays {
-    std::vector<py::array_t<T>> keep;
-    std::vector<decltype(xt::adapt(std::declval<const T*>(), std::size_t{}, xt::no_ownership(),
-                                   std::declval<std::vector<std::size_t>>()))>
-        views;
-};
-
-template <class T>
-split_arrays<T> read_split_arrays(const py::sequence& seq, const std::string& what)
-{
-    split_arrays<T> out;
-    out.keep.reserve(seq.size());
-    out.views.reserve(seq.size());
-    for (std::size_t k = 0; k < seq.size(); ++k) {
-        out.keep.push_back(exact_array<T>(seq[k], what + "[" + std::to_string(k) + "]", -1, ""));
-        const auto& a = out.keep.back();
-        std::vector<std::size_t> shape(a.shape(), a.shape() + a.ndim());
-        out.views.push_back(xt::adapt(a.data(), static_cast<std::size_t>(a.size()), xt::no_ownership(), shape));
-    }
-    return out;
-}
 
 // cross_entropy_heads (Labels = false) / cross_entropy_labels: (loss, [dY]).
 template <bool Labels>
@@ -107,18 +65,8 @@ py::tuple cross_entropy(const py::handle& Y, const py::handle& gold, double scal
         }
         return py::make_tuple(r.first, adopt_scores(r.second));
     };
-    if (seq.size() != 0 && py::isinstance<py::array>(seq[0]) &&
-        py::reinterpret_borrow<py::array>(seq[0]).dtype().is(py::dtype::of<double>())) {
-        return run(double{});
-    }
+    if (first_is_float64(seq)) return run(double{});
     return run(float{});
-}
-
-py::array_t<std::int64_t> to_int64(const std::vector<std::size_t>& h)
-{
-    py::array_t<std::int64_t> out(static_cast<py::ssize_t>(h.size()));
-    for (std::size_t i = 0; i < h.size(); ++i) out.mutable_at(i) = static_cast<std::int64_t>(h[i]);
-    return out;
 }
 
 py::array_t<std::int64_t> labels_at_heads(const py::handle& scores, const py::handle& heads)

@@ -108,6 +108,7 @@ PYBIND11_MODULE(BIAFFINE_PY_MODULE, m)
     biaffine_py::bind_scorer_float32(m);
     biaffine_py::bind_scorer_float64(m);
     biaffine_py::bind_decoding(m);
+    biaffine_py::bind_tree_crf(m);
     biaffine_py::bind_layers(m);
     biaffine_py::bind_io(m);
 }

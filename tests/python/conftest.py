@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-MIN_TESTS = 173  # 229 collected; raised with every test added (issue 51: unannotated text in the Python treebank example)
+MIN_TESTS = 200  # 256 collected; raised with every test added (issue 50: the tree CRF from Python and Thinc)
 
 
 def pytest_sessionstart(session):

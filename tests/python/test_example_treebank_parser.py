@@ -131,15 +131,16 @@ def test_bad_text_named_with_line(saved, tmp_path):
 
 
 @pytest.mark.parametrize("damage, named, what", [
-    ("version", "config.json", "version 3, this program reads 2"),
+    ("version", "config.json", "version 4, this program reads 2 or 3"),
+    ("decode", "config.json", "decode 'viterbi', expected one of ('mst', 'mbr')"),
     ("missing", "vocab.json", "No such file"),
 ])
 def test_damaged_saved_parser_is_refused(saved, tmp_path, damage, named, what):
     model = tmp_path / "model"
     shutil.copytree(saved / "model", model)
-    if damage == "version":
+    if damage in ("version", "decode"):
         config = json.loads((model / "config.json").read_text())
-        config["version"] = 3
+        config.update({"version": 4} if damage == "version" else {"decode": "viterbi"})
         (model / "config.json").write_text(json.dumps(config))
     else:
         (model / named).unlink()
@@ -147,3 +148,47 @@ def test_damaged_saved_parser_is_refused(saved, tmp_path, damage, named, what):
     assert r.returncode == 2, r.stdout + r.stderr
     assert str(model / named) in r.stderr and what in r.stderr, r.stderr
     assert not (tmp_path / "never.conllu").exists()
+
+
+def test_version_2_parser_loads_with_its_defaults(saved, tmp_path):
+    # A folder saved before --loss / --decode / --projective (format version 2) parses as it did:
+    # local loss, mst_heads.
+    model = tmp_path / "model"
+    shutil.copytree(saved / "model", model)
+    config = json.loads((model / "config.json").read_text())
+    assert (config["version"], config["loss"], config["decode"], config["projective"]) == (3, "local", "mst", False)
+    for key in ("decode", "projective"):
+        del config[key]
+    config.update(version=2, loss="cross_entropy_heads+cross_entropy_labels", decoder="mst_heads")
+    (model / "config.json").write_text(json.dumps(config))
+    r = run_example("--model", model, "--parse", saved / "dev_unannotated.conllu", "--out", tmp_path / "v2.conllu")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "arc loss local, decoder mst (non-projective trees)" in r.stdout
+    assert (tmp_path / "v2.conllu").read_bytes() == (saved / "in_memory.conllu").read_bytes()
+
+
+def test_crf_mbr_projective_parser_is_saved_with_its_decoder(saved, tmp_path):
+    # Trained with the projective tree CRF and parsing by MBR: the saved folder says so, and the
+    # loaded parser decodes as the one in memory (projective trees); --decode mst overrides it.
+    model = tmp_path / "model"
+    r = run_example("--train", SAMPLE_DEV, "--dev", SAMPLE_DEV, *TINY, "--loss", "crf", "--decode", "mbr",
+                    "--projective", "--save", model, "--parse", saved / "dev_unannotated.conllu",
+                    "--out", tmp_path / "in_memory.conllu")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "training sentences have a non-projective gold tree: skipped" in r.stdout
+    assert "arc loss crf, decoder mbr (projective trees)" in r.stdout
+    config = json.loads((model / "config.json").read_text())
+    assert (config["loss"], config["decode"], config["projective"]) == ("crf", "mbr", True)
+    r = run_example("--model", model, "--parse", saved / "dev_unannotated.conllu", "--out", tmp_path / "loaded.conllu")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "loaded.conllu").read_bytes() == (tmp_path / "in_memory.conllu").read_bytes()
+    parsed = check_parsed(tmp_path / "loaded.conllu", conllu.read(SAMPLE_DEV))
+    for s in parsed:
+        heads = [m if w.head == 0 else w.head - 1 for m, w in enumerate(s.words)]
+        spans = [(-1, d) if h == d else (min(h, d), max(h, d)) for d, h in enumerate(heads)]
+        assert not any(a < c < b < e for a, b in spans for c, e in spans), s.line  # projective
+    r = run_example("--model", model, "--decode", "mst", "--parse", saved / "dev_unannotated.conllu",
+                    "--out", tmp_path / "mst.conllu")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "decoder mst (projective trees)" in r.stdout
+    check_parsed(tmp_path / "mst.conllu", conllu.read(SAMPLE_DEV))

@@ -8,10 +8,22 @@
 // buffer only once every batch of the previous one has been claimed. A thread
 // that finds nothing left to claim plans the next buffer, so with threads > 1
 // the batches of buffer b+1 start while the last one of buffer b still runs.
-// Delivery keeps the one-thread contract under errors: a batch delivers
-// (`my_turn()`) only after every earlier buffer has delivered, and nothing
-// from a buffer after the first failing one is delivered; the earliest
-// buffer's error is the one rethrown.
+// Every batch has a place in the one-thread order (its sequence number) and
+// a turn to deliver (delivery_turn): once every earlier batch has finished
+// (`batch_order`, a serialised sink: the one-thread order split for split),
+// or once every earlier buffer has (batches of one buffer deliver together,
+// a concurrent sink). A batch asks for its turn without blocking (poll) and
+// computes on while it has room to hold what it cannot deliver yet
+// (detail/stream_delivery.hpp), or blocks (wait). A thread ends up waiting
+// when it finishes a batch before an earlier, longer one: a buffer's first
+// batch (its longest splits, what is left when the full batches are cut) is
+// often far smaller than the next, so a thread passes over such a batch
+// once (pick_batch) and the next free thread takes it, and the two finish
+// together instead of one idling while the other runs the big one. Errors
+// keep the one-thread
+// contract: nothing is delivered after the first failing batch (batch order)
+// or from a buffer after the first failing one's; the earliest batch's error
+// is the one rethrown.
 //
 // It knows batching.hpp and the workspace, not the layer: what it needs from
 // the layer comes in as numbers (buffer_schedule) and callables.
@@ -59,7 +71,14 @@ struct buffer_schedule {
     /// of its own for its run only. For callers that allocate no outputs
     /// per batch (streaming), whose `keep` counts only the rest.
     bool reserve = false;
+    /// A batch's turn comes when every earlier batch has finished, not only
+    /// every earlier buffer (see the file comment).
+    bool batch_order = false;
 };
+
+/// Where a batch stands in the delivery order: not yet its turn, its turn,
+/// or never (an earlier batch failed: it must deliver nothing).
+enum class turn_state { wait, go, cancelled };
 
 /// The workspace of one batch: `scratch` bytes reserved; a block kept from an
 /// earlier batch on the thread is reused only while it is at most `keep`.
@@ -70,9 +89,9 @@ struct batch_workspace {
 
 /// One call's schedule (see the file comment). `cost(count, max_len)` is a
 /// batch's cost in the limit's unit; `workspace(count, max_len)` its
-/// batch_workspace; `batch(items, input_indices, max_len, my_turn)` runs a
-/// batch and calls `my_turn()` before it delivers anything: it returns when
-/// every earlier buffer has delivered, false if an earlier one failed.
+/// batch_workspace; `batch(items, input_indices, max_len, turn)` runs a
+/// batch and, before it delivers anything, asks `turn.poll()` (at once) or
+/// `turn.wait()` (blocks while turn_state::wait) whether it may.
 template <class T, class Items, class Cost, class Workspace, class Batch>
 class buffer_scheduler {
 public:
@@ -81,7 +100,7 @@ public:
     {
     }
 
-    /// Runs every batch; rethrows the earliest buffer's error after every
+    /// Runs every batch; rethrows the earliest batch's error after every
     /// thread has stopped.
     void run()
     {
@@ -118,36 +137,75 @@ private:
     struct buffer {
         tracked_vector<seq_view<const T>> items;
         tracked_vector<seq_view<const T>> batch_items;  // items grouped by batch
+        // Lengths to plan; once planned, per batch: unclaimed, claimed or
+        // finished (no array of its own, so the bookkeeping stays as it is
+        // accounted).
         tracked_vector<std::size_t> lengths;
         tracked_vector<std::size_t> order;
         tracked_vector<std::size_t> global;  // input index of batch_items[i]
         tracked_vector<planned_batch> plan;
-        std::size_t index = 0;    // which buffer of the list this one holds
+        std::size_t index = 0;      // which buffer of the list this one holds
+        std::size_t first_seq = 0;  // the sequence number of its batch 0
         std::size_t n_batches = 0;
-        std::size_t next = 0;     // first batch not yet claimed
-        std::size_t running = 0;  // claimed, not finished
+        std::size_t next = 0;       // first batch not yet claimed
+        std::size_t claimed = 0;    // batches claimed
+        std::size_t running = 0;    // claimed, not finished
+        std::size_t finished = 0;   // batches 0..finished-1 have all finished
+        bool passed_over = false;   // batch `next` was passed over once: the next claim takes it
         bool live = false;
     };
+    static constexpr std::size_t batch_unclaimed = 0, batch_claimed = 1, batch_finished = 2;  // in `lengths`
 
-    // Records the error of buffer `index` when it is the earliest so far, and
-    // wakes the threads waiting for their turn (they give up).
-    void fail(std::size_t index, std::exception_ptr e)
+public:
+    /// A batch's view of its turn (see the class comment).
+    class delivery_turn {
+    public:
+        turn_state poll() const { return self_->turn_of(*buffer_, batch_, false); }
+        turn_state wait() const { return self_->turn_of(*buffer_, batch_, true); }
+
+    private:
+        friend class buffer_scheduler;
+        delivery_turn(buffer_scheduler* self, const buffer* b, std::size_t batch) noexcept
+            : self_(self), buffer_(b), batch_(batch)
+        {
+        }
+        buffer_scheduler* self_;
+        const buffer* buffer_;
+        std::size_t batch_;
+    };
+
+private:
+    // Records the error of batch `seq` when it is the earliest so far, and
+    // wakes the threads waiting for their turn (they may give up).
+    void fail(std::size_t seq, std::exception_ptr e)
     {
         std::lock_guard<std::mutex> lock(mutex_);
-        if (index < failed_buffer_) {
-            failed_buffer_ = index;
+        record_failure(seq, std::move(e));
+    }
+    void record_failure(std::size_t seq, std::exception_ptr e)
+    {
+        if (seq < failed_seq_) {
+            failed_seq_ = seq;
             first_error_ = std::move(e);
         }
         turn_.notify_all();
     }
 
-    // Blocks until every buffer before `index` has delivered; false when an
-    // earlier buffer failed (this batch must not deliver).
-    bool wait_turn(std::size_t index)
+    // Batch `b` of `s`: its turn (see the file comment), waiting for it when
+    // `block`. One thread: always its turn (batches run in order).
+    turn_state turn_of(const buffer& s, std::size_t b, bool block)
     {
+        if (s_.threads == 1) return turn_state::go;
+        const std::size_t seq = s.first_seq + b;
+        const auto state = [&] {
+            if (failed_seq_ < (s_.batch_order ? seq : s.first_seq)) return turn_state::cancelled;
+            if (earlier_live(s.index) || (s_.batch_order && s.finished != b)) return turn_state::wait;
+            return turn_state::go;
+        };
         std::unique_lock<std::mutex> lock(mutex_);
-        turn_.wait(lock, [&] { return failed_buffer_ < index || !earlier_live(index); });
-        return failed_buffer_ >= index;
+        turn_state t = state();
+        if (block) turn_.wait(lock, [&] { return (t = state()) != turn_state::wait; });
+        return t;
     }
 
     bool earlier_live(std::size_t index) const
@@ -164,34 +222,55 @@ private:
         std::unique_lock<std::mutex> lock(mutex_);
         for (;;) {
             buffer* s = newest_;
-            if (s == nullptr || s->next == s->n_batches || s->index >= failed_buffer_) {
-                if (all_planned() || next_buffer_ >= failed_buffer_) return;
+            // Nothing is claimed in or after a buffer with a failed batch, nor
+            // planned after any failure (its batches could not deliver).
+            const bool failed = failed_seq_ != std::numeric_limits<std::size_t>::max();
+            if (s == nullptr || s->claimed == s->n_batches || failed_seq_ < s->first_seq + s->next) {
+                if (all_planned() || failed) return;
                 try {
                     plan_next();
                 } catch (...) {
-                    if (next_buffer_ < failed_buffer_) {
-                        failed_buffer_ = next_buffer_;
-                        first_error_ = std::current_exception();
-                    }
-                    turn_.notify_all();
+                    record_failure(next_seq_, std::current_exception());  // before any of its batches
                     return;
                 }
                 continue;
             }
-            const std::size_t b = s->next++;
+            const std::size_t b = pick_batch(*s);
             ++s->running;
             lock.unlock();
             try {
                 run_batch(*s, b);
             } catch (...) {
-                fail(s->index, std::current_exception());
+                fail(s->first_seq + b, std::current_exception());
             }
             lock.lock();
-            if (--s->running == 0 && s->next == s->n_batches) {
-                s->live = false;
-                turn_.notify_all();
+            s->lengths[b] = batch_finished;
+            while (s->finished < s->n_batches && s->lengths[s->finished] == batch_finished) ++s->finished;
+            if (--s->running == 0 && s->claimed == s->n_batches) s->live = false;
+            if (s_.threads > 1) turn_.notify_all();  // the next batch's turn may have come
+        }
+    }
+
+    // Claims a batch of `s` (mutex held): the first unclaimed one, or once,
+    // the one after it when that has at least 1.5 times its padded rows and
+    // nothing failed (a batch before a failed one must still run).
+    std::size_t pick_batch(buffer& s)
+    {
+        std::size_t b = s.next;
+        const std::size_t after = b + 1;
+        const auto rows = [&](std::size_t i) { return s.plan[i].count * s.plan[i].max_len; };
+        if (s_.threads > 1 && !s.passed_over && after < s.n_batches && s.lengths[after] == batch_unclaimed &&
+            failed_seq_ == std::numeric_limits<std::size_t>::max() && 2 * rows(after) >= 3 * rows(b)) {
+            s.passed_over = true;
+            b = after;
+        } else {
+            s.passed_over = false;
+            while (++s.next < s.n_batches && s.lengths[s.next] != batch_unclaimed) {
             }
         }
+        s.lengths[b] = batch_claimed;
+        ++s.claimed;
+        return b;
     }
 
     // The largest workspace of any batch within the limit, from planning
@@ -271,10 +350,16 @@ private:
             }
         }
         s_.batch_count->add(nb);
+        std::fill(s->lengths.begin(), s->lengths.begin() + static_cast<std::ptrdiff_t>(nb), batch_unclaimed);
         s->index = next_buffer_++;
+        s->first_seq = next_seq_;
+        next_seq_ += nb;
         s->n_batches = nb;
         s->next = 0;
+        s->claimed = 0;
         s->running = 0;
+        s->finished = 0;
+        s->passed_over = false;
         s->live = nb != 0;
         newest_ = s;
     }
@@ -295,10 +380,9 @@ private:
             }
         }
         workspace_scope ws(w.scratch, w.keep);
-        const std::size_t index = s.index;
         batch_(span<const seq_view<const T>>(s.batch_items.data() + pb.first, pb.count),
                span<const std::size_t>(s.global.data() + pb.first, pb.count), pb.max_len,
-               [this, index] { return s_.threads == 1 || wait_turn(index); });
+               delivery_turn(this, &s, b));
     }
 
     const Items& X_;
@@ -313,7 +397,8 @@ private:
     buffer* newest_ = nullptr;        // the last buffer planned
     std::uint64_t reserve_ = 0;       // each thread's block (schedule.reserve)
     std::size_t next_buffer_ = 0;
-    std::size_t failed_buffer_ = std::numeric_limits<std::size_t>::max();
+    std::size_t next_seq_ = 0;  // the sequence number of the next buffer's batch 0
+    std::size_t failed_seq_ = std::numeric_limits<std::size_t>::max();
     std::exception_ptr first_error_{};
 };
 
