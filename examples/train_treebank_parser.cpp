@@ -8,9 +8,10 @@
 //     lengths from sentences, split-relative gold heads (conllu::scorer_heads),
 //     predictions written back (conllu::set_scorer_heads), scores as the CoNLL
 //     2018 shared task (conllu::evaluate).
-//   * the encoder: features of a word (lowercased form from a vocabulary,
-//     a hashed 3-letter suffix, a shape class; the gold UPOS only with
-//     --gold-tags) are summed embeddings; then residual convolution layers,
+//   * the encoder: features of a word (lowercased form from a vocabulary;
+//     hashed: the lowercased form, prefixes of 1 and 3 characters, suffixes
+//     of 1 to 4, the shape string; the gold UPOS only with --gold-tags) are
+//     summed embeddings; then residual convolution layers,
 //     each token seeing +-dilation neighbours in its sentence (dilations 1, 2,
 //     4, 8, ...: a receptive field of +-2 (2^L - 1) words), computed as one
 //     GEMM per layer on gathered rows [N, 3D] x [3D, D] and backpropagated by
@@ -19,7 +20,8 @@
 //     with_splits(with_minibatch_by_padded_size(...)) and cross_entropy_heads;
 //     label logits at the gold heads (forward_heads) and cross_entropy_labels;
 //     Adam (training_helpers.hpp for the scorers, a row-lazy one for the
-//     embedding tables here); dropout in the encoder and the scorers.
+//     embedding tables here), the learning rate falling linearly to
+//     lr * --lr-end over --epochs; dropout in the encoder and the scorers.
 //   * parsing: encode -> arc logits -> mst_heads -> predict_heads at the
 //     decoded heads -> best label -> CoNLL-U out, timed end to end.
 //   * a saved parser (save_model / read_manifest / read_vocab / load_weights):
@@ -31,7 +33,7 @@
 //   train_treebank_parser --train FILE --dev FILE [--epochs N] [--threads N]
 //       [--budget-mb X] [--out FILE] [--parse FILE]... [--text] [--width D]
 //       [--layers L] [--arc-hidden H] [--label-hidden H] [--seed S] [--lr LR]
-//       [--minutes M] [--precision fp32|bf16] [--gold-tags] [--save DIR]
+//       [--lr-end F] [--minutes M] [--precision fp32|bf16] [--gold-tags] [--save DIR]
 //       [--no-check] [--compare-bf16] [--quick]
 //   train_treebank_parser --model DIR [--dev FILE] [--parse FILE]... [--text]
 //       [--out FILE] [--threads N] [--budget-mb X]
@@ -114,6 +116,7 @@ struct options {
     std::size_t epochs = 30, threads = 1, width = 128, layers = 4, arc_hidden = 128, label_hidden = 64;
     std::size_t batch_tokens = 1000;
     double budget_mb = 16, lr = 2e-3, minutes = 0;
+    double lr_end = 1;  // the learning rate falls linearly to lr * lr_end over the --epochs asked for
     double dropout = 0.25;
     std::uint64_t seed = 1;
     bool quick = false;
@@ -133,7 +136,7 @@ struct options {
     std::cerr << "train_treebank_parser: " << problem << "\n"
               << "usage: train_treebank_parser --train FILE --dev FILE [--epochs N] [--threads N] [--budget-mb X]\n"
                  "       [--out FILE] [--parse FILE]... [--text] [--width D] [--layers L] [--arc-hidden H]\n"
-                 "       [--label-hidden H] [--seed S] [--lr LR] [--minutes M] [--precision fp32|bf16]\n"
+                 "       [--label-hidden H] [--seed S] [--lr LR] [--lr-end F] [--minutes M] [--precision fp32|bf16]\n"
                  "       [--gold-tags] [--save DIR] [--no-check] [--compare-bf16] [--quick]\n"
                  "   or: train_treebank_parser --model DIR [--dev FILE] [--parse FILE]... [--text] [--out FILE]\n"
                  "       [--threads N] [--budget-mb X]\n";
@@ -178,6 +181,7 @@ options parse_args(int argc, char** argv)
         else if (a == "--seed") o.seed = count();
         else if (a == "--budget-mb") o.budget_mb = real();
         else if (a == "--lr") o.lr = real();
+        else if (a == "--lr-end") o.lr_end = real();
         else if (a == "--minutes") o.minutes = real();
         else if (a == "--precision" && (v == "fp32" || v == "bf16"))
             o.precision = v == "bf16" ? biaffine::compute_precision::bf16 : biaffine::compute_precision::fp32,
@@ -204,6 +208,7 @@ options parse_args(int argc, char** argv)
     }
     if (o.epochs == 0 || o.threads == 0 || o.width == 0 || o.layers == 0 || !(o.budget_mb > 0))
         usage("--epochs, --threads, --width, --layers and --budget-mb must be positive");
+    if (!(o.lr > 0) || !(o.lr_end >= 0 && o.lr_end <= 1)) usage("--lr must be positive and --lr-end within [0, 1]");
     if (!o.out.empty() && o.parse_files.size() > 1)
         usage("--out FILE writes the parse of one --parse file (or of --dev), not of " + std::to_string(o.parse_files.size()));
     o.write_parse = !o.parse_files.empty();
@@ -227,9 +232,15 @@ double max_rss_mb()
 
 // --- features --------------------------------------------------------------
 
-constexpr std::size_t n_features = 4;  // word, suffix, shape, UPOS
-constexpr std::size_t suffix_buckets = 4096;
-constexpr std::size_t n_shapes = 6;
+// The features of a word, one embedding table each, summed (spaCy's
+// MultiHashEmbed idea: several hashed views of a word, so that a word never
+// seen in training still has its affixes and shape): the vocabulary word,
+// then hashed: the lowercased form (rare words too), prefixes of 1 and 3
+// characters, suffixes of 1 to 4, the shape string; and the UPOS (only with
+// --gold-tags). Without tags the affixes carry most of what the tag told.
+enum feature : std::size_t { f_word, f_norm, f_prefix1, f_prefix3, f_suffix1, f_suffix2, f_suffix3, f_suffix4, f_shape, f_upos, n_features };
+constexpr const char* feature_names = "word norm prefix1 prefix3 suffix1 suffix2 suffix3 suffix4 shape upos";
+constexpr std::size_t norm_buckets = 8192, affix_buckets = 4096;  // affix and shape tables alike
 
 std::string lowercase(const std::string& s)
 {
@@ -238,24 +249,42 @@ std::string lowercase(const std::string& s)
     return r;
 }
 
-std::size_t shape_of(const std::string& s)
+// Byte offsets where the UTF-8 characters of s start, then s.size(): affixes
+// are cut at characters, not inside one.
+std::vector<std::size_t> char_starts(const std::string& s)
 {
-    if (s.empty()) return 0;
-    const unsigned char c = static_cast<unsigned char>(s[0]);
-    if (std::isdigit(c)) return 1;
-    if (std::isupper(c)) return std::all_of(s.begin(), s.end(), [](unsigned char x) { return !std::islower(x); }) ? 2 : 3;
-    if (std::islower(c)) return 4;
-    return 5;  // punctuation, symbols, non-ASCII
+    std::vector<std::size_t> r;
+    for (std::size_t i = 0; i < s.size(); ++i)
+        if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) r.push_back(i);
+    r.push_back(s.size());
+    return r;
 }
 
-// The suffix feature's bucket: FNV-1a (64 bits), not std::hash, whose values
+// The shape string: upper-case letters X, lower-case x, digits d, other ASCII
+// as is, any other character u; a run longer than 4 cut at 4 ("Xxxxx" for
+// "London" and "Paris"... "Xxxx", "dd.dd", "x.x.").
+std::string shape_of(const std::string& s)
+{
+    std::string r;
+    std::size_t run = 0;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        const unsigned char c = static_cast<unsigned char>(s[i]);
+        if ((c & 0xC0) == 0x80) continue;  // inside a multi-byte character
+        const char k = c >= 0x80 ? 'u' : std::isupper(c) ? 'X' : std::islower(c) ? 'x' : std::isdigit(c) ? 'd' : char(c);
+        run = !r.empty() && r.back() == k ? run + 1 : 1;
+        if (run <= 4) r += k;
+    }
+    return r;
+}
+
+// A hashed feature's bucket: FNV-1a (64 bits), not std::hash, whose values
 // differ between standard libraries - a saved parser must find the same
 // buckets wherever it is loaded.
-std::uint32_t suffix_bucket(const std::string& s)
+std::uint32_t hash_bucket(const std::string& s, std::size_t buckets)
 {
     std::uint64_t h = 14695981039346656037ull;
     for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-    return std::uint32_t(h % suffix_buckets);
+    return std::uint32_t(h % buckets);
 }
 
 // Vocabularies from the training file: words seen twice or more (else the
@@ -307,8 +336,9 @@ struct vocab {
 
     std::size_t sizes(std::size_t f) const
     {
-        const std::size_t s[n_features] = {word_count.size(), suffix_buckets, n_shapes, gold_tags ? upos_names.size() : 1};
-        return s[f];
+        if (f == f_word) return word_count.size();
+        if (f == f_upos) return gold_tags ? upos_names.size() : 1;
+        return f == f_norm ? norm_buckets : affix_buckets;
     }
 
     // Feature ids of every word, [n_words][n_features] flattened.
@@ -317,11 +347,16 @@ struct vocab {
         for (const auto& w : s.words) {
             const std::string lower = lowercase(w.form);
             const auto it = words.find(lower);
-            const std::string suffix = lower.size() > 3 ? lower.substr(lower.size() - 3) : lower;
-            out.push_back(std::uint32_t(it == words.end() ? 0 : it->second));
-            out.push_back(suffix_bucket(suffix));
-            out.push_back(std::uint32_t(shape_of(w.form)));
-            out.push_back(gold_tags ? tag_id(w.upos) : 0);
+            const std::vector<std::size_t> c = char_starts(lower);
+            const std::size_t chars = c.size() - 1;
+            const auto prefix = [&](std::size_t k) { return hash_bucket(lower.substr(0, c[std::min(k, chars)]), affix_buckets); };
+            const auto suffix = [&](std::size_t k) { return hash_bucket(lower.substr(c[chars - std::min(k, chars)]), affix_buckets); };
+            const std::uint32_t f[n_features] = {std::uint32_t(it == words.end() ? 0 : it->second),
+                                                 hash_bucket(lower, norm_buckets),
+                                                 prefix(1), prefix(3), suffix(1), suffix(2), suffix(3), suffix(4),
+                                                 hash_bucket(shape_of(w.form), affix_buckets),
+                                                 gold_tags ? tag_id(w.upos) : 0};
+            out.insert(out.end(), f, f + n_features);
         }
     }
 };
@@ -488,7 +523,7 @@ public:
     }
 
     // The parameters as .npy files in `dir` (which exists): emb_<f>.npy
-    // [feature ids, D] for word, suffix, shape, UPOS; conv_<l>.npy [3D, D];
+    // [feature ids, D] by `feature` (word, norm, ..., UPOS); conv_<l>.npy [3D, D];
     // bias_<l>.npy [1, D]. The optimiser's moments are not kept.
     void save(const std::string& dir) const
     {
@@ -879,10 +914,10 @@ std::vector<conllu::sentence> read_input(const std::string& path, bool text)
 // folder that does not load.
 
 constexpr const char* model_format = "biaffine-treebank-parser";
-constexpr int model_version = 1;
+constexpr int model_version = 2;  // 2: the hashed word, affix and shape features
 constexpr const char* model_loss = "cross_entropy_heads+cross_entropy_labels";
 constexpr const char* model_decoder = "mst";
-constexpr const char* model_suffix_hash = "fnv1a64";
+constexpr const char* model_hash = "fnv1a64";
 
 // A saved parser that does not fit: what() names the file and what is wrong.
 struct model_error : std::runtime_error {
@@ -927,7 +962,8 @@ void save_model(const std::string& dir, parser& p, const options& o)
     m << "format " << model_format << "\nversion " << model_version << "\nwidth " << o.width << "\nlayers " << o.layers
       << "\narc_hidden " << o.arc_hidden << "\nlabel_hidden " << o.label_hidden << "\ngold_tags " << (v.gold_tags ? 1 : 0)
       << "\nprecision " << (o.precision == biaffine::compute_precision::bf16 ? "bf16" : "fp32") << "\nloss " << model_loss
-      << "\ndecoder " << model_decoder << "\nsuffix_buckets " << suffix_buckets << "\nsuffix_hash " << model_suffix_hash << "\n";
+      << "\ndecoder " << model_decoder << "\nfeatures " << feature_names << "\nnorm_buckets " << norm_buckets
+      << "\naffix_buckets " << affix_buckets << "\nhash " << model_hash << "\n";
     write_text_file(manifest + ".partial", m.str());
     if (fs::rename(manifest + ".partial", manifest, ec); ec) throw model_error(manifest, "cannot rename into place: " + ec.message());
 }
@@ -967,8 +1003,10 @@ bool read_manifest(const std::string& dir, options& o)
     expect("version", std::to_string(model_version), "saved by another version of train_treebank_parser");
     expect("loss", model_loss, "the parser was trained for another loss");
     expect("decoder", model_decoder, "the parser was trained for another decoder");
-    expect("suffix_buckets", std::to_string(suffix_buckets), "other suffix features");
-    expect("suffix_hash", model_suffix_hash, "other suffix features");
+    expect("features", feature_names, "other features");
+    expect("norm_buckets", std::to_string(norm_buckets), "other hashed features");
+    expect("affix_buckets", std::to_string(affix_buckets), "other hashed features");
+    expect("hash", model_hash, "other hashed features");
     const auto size = [&](const std::string& key) {
         const std::string v = get(key);
         char* end = nullptr;
@@ -984,7 +1022,7 @@ bool read_manifest(const std::string& dir, options& o)
     if (precision != "fp32" && precision != "bf16") throw model_error(path, "precision '" + precision + "', expected fp32 or bf16");
     if (tags != "0" && tags != "1") throw model_error(path, "gold_tags '" + tags + "', expected 0 or 1");
     o.precision = precision == "bf16" ? biaffine::compute_precision::bf16 : biaffine::compute_precision::fp32;
-    if (kv.size() != 12) throw model_error(path, std::to_string(kv.size()) + " keys, version " + std::to_string(model_version) + " has 12");
+    if (kv.size() != 14) throw model_error(path, std::to_string(kv.size()) + " keys, version " + std::to_string(model_version) + " has 14");
     return tags == "1";
 }
 
@@ -1116,7 +1154,9 @@ conllu::attachment_scores train_parser(parser& p, const vocab& v, const options&
     std::iota(order.begin(), order.end(), std::size_t(0));
     std::mt19937_64 shuffle_rng(o.seed + 3);
     double train_wall = 0, train_cpu = 0;
-    std::size_t epochs_run = 0;
+    std::size_t epochs_run = 0, step = 0;
+    // Steps planned, for the learning-rate schedule (batches cut at batch_tokens words).
+    const double planned = double(o.epochs) * std::ceil(double(train_words) / double(o.batch_tokens));
     for (std::size_t epoch = 1; epoch <= o.epochs; ++epoch) {
         std::shuffle(order.begin(), order.end(), shuffle_rng);
         const auto t0 = clock_type::now();
@@ -1130,6 +1170,8 @@ conllu::attachment_scores train_parser(parser& p, const vocab& v, const options&
                 heads.insert(heads.end(), gold_heads[order[i]].begin(), gold_heads[order[i]].end());
                 labels.insert(labels.end(), gold_labels[order[i]].begin(), gold_labels[order[i]].end());
             }
+            const double lr = o.lr * (1 - (1 - o.lr_end) * std::min(1.0, double(step++) / planned));
+            enc_opt.lr = arc_opt.lr = label_opt.lr = lr;
             loss += p.train_step(b, heads, labels, enc_opt, arc_opt, label_opt);
         }
         const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();

@@ -83,9 +83,9 @@ elseif(STEP STREQUAL "damaged")
 
   copy_model(version)
   file(READ ${WORK}/model/manifest.txt manifest)
-  string(REPLACE "version 1\n" "version 2\n" manifest "${manifest}")
+  string(REPLACE "version 2\n" "version 3\n" manifest "${manifest}")
   file(WRITE ${WORK}/version/manifest.txt "${manifest}")
-  expect_load_error(${WORK}/version "version/manifest.txt" "version '2', this program reads version '1'")
+  expect_load_error(${WORK}/version "version/manifest.txt" "version '3', this program reads version '2'")
 
   # One relation fewer than the label scorer was trained for: its shapes no longer fit.
   copy_model(labels)
