@@ -49,15 +49,13 @@ template <class O>
 score_view<const O> copy_view(const score_view<const O>& v, O* to)
 {
     const std::size_t row = v.n * v.labels;
-    for (std::size_t m = 0; m < v.n; ++m) std::copy_n(v.data + static_cast<std::ptrdiff_t>(m) * v.row_stride, row, to + m * row);
+    copy_rows(seq_view<const O>{v.data, v.n, row, v.row_stride, 1}, to);
     return {to, v.n, v.labels, static_cast<std::ptrdiff_t>(row)};
 }
 template <class O>
 seq_view<const O> copy_view(const seq_view<const O>& v, O* to)
 {
-    for (std::size_t r = 0; r < v.rows; ++r) {
-        for (std::size_t c = 0; c < v.cols; ++c) to[r * v.cols + c] = v(r, c);
-    }
+    copy_rows(v, to);
     return {to, v.rows, v.cols, static_cast<std::ptrdiff_t>(v.cols), 1};
 }
 
