@@ -10,8 +10,10 @@
 // its backward; labels at heads (predict_heads, forward_heads and backward);
 // the padded interface (both kinds); with_splits over the batcher over the
 // scorer and over with_pad_seq_unpad_matrix (both kinds, forward and
-// backward); float and double, and float in compute_precision::bf16; one
-// label and several. OUT.idx lists each record's name, offset and bytes, to
+// backward); float and double, and float in compute_precision::bf16
+// (inference and training); predict again after parameters_changed() and
+// after unannounced writes under watch_parameter_writes(); one label and
+// several. OUT.idx lists each record's name, offset and bytes, to
 // find the first differing path.
 #include <cstddef>
 #include <cstdint>
@@ -138,6 +140,22 @@ void run_config(const std::string& tag, scorer_config cfg)
                     v.cols * sizeof(T));
             }
         });
+        // New parameters (a step, then parameters_changed): the weights the
+        // backend prepared (bf16: packed) are made again; then the same
+        // change written without telling the scorer, found by watching.
+        const auto params = s.parameters();  // pointers kept for the unannounced writes below
+        for (const auto& p : params) {
+            for (std::size_t i = 0; i < p.size; ++i) p.data[i] = static_cast<T>(p.data[i] * T(0.75) + T(0.01));
+        }
+        s.parameters_changed();
+        put_list(tag + "/predict_changed", s.predict(Xs));
+        put_list(tag + "/predict_heads_changed", s.predict_heads(Xs, H));
+        s.watch_parameter_writes();
+        for (const auto& p : params) {
+            for (std::size_t i = 0; i < p.size; ++i) p.data[i] = static_cast<T>(p.data[i] * T(1.25));
+        }
+        put_list(tag + "/predict_watched", s.predict(Xs));
+        put_list(tag + "/predict_heads_watched", s.predict_heads(Xs, H));
     }
     for (int variant = 0; variant < 4; ++variant) {
         // 0: probabilities, 1: logits, 2: probabilities recomputed, 3: eval-mode forward
