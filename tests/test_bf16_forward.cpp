@@ -132,7 +132,7 @@ std::vector<problem> cases()
 
 TEST_CASE("bf16 forward, emulated: within the bound of bf16 rounding of a double reference", "[bf16_forward]")
 {
-    for (const auto& p : cases()) check_against_reference<bd::bf16_emulated_math>(p, "emulated");
+    for (const auto& p : cases()) check_against_reference<bd::bf16_emulated_math<bd::bf16_split_ops>>(p, "emulated");
 }
 
 namespace {
@@ -147,7 +147,7 @@ void check_native(const char* what)
         check_against_reference<Math>(p, what);
         const auto H = some_heads(p, 7);
         const auto a = run_bf16<Math>(p, H);
-        const auto b = run_bf16<bd::bf16_emulated_math>(p, H);
+        const auto b = run_bf16<bd::bf16_emulated_math<bd::bf16_split_ops>>(p, H);
         std::size_t close = 0, total = 0;
         for (std::size_t k = 0; k < p.lengths.size(); ++k)
             for (std::size_t i = 0; i < a.scores[k].size(); ++i, ++total)
@@ -176,7 +176,7 @@ TEST_CASE("bf16 forward, AMX: within the same bound, and with the emulated path"
     if (!bd::amx_usable()) {
         SUCCEED("SKIPPED: Linux withholds the AMX tiles (arch_prctl); the VDPBF16PS fallback runs instead");
     }
-    check_native<bd::bf16_amx_math>("amx_bf16");
+    check_native<bd::bf16_amx_math<bd::bf16_split_ops>>("amx_bf16");
 #else
     SUCCEED("SKIPPED: not built for AMX-BF16");
 #endif

@@ -178,7 +178,7 @@ std::vector<problem> cases()
 TEST_CASE("bf16 training products: packing and products against double sums of the rounded operands",
           "[bf16_train]")
 {
-    check_products<bd::bf16_emulated_math>("emulated", 1);
+    check_products<bd::bf16_emulated_math<bd::bf16_split_ops>>("emulated", 1);
 #if BIAFFINE_DETAIL_BF16_GEMM
     check_products<bd::bf16_best_math>(bd::bf16_best_math::active(), 2);
 #else

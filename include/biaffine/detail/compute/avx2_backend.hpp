@@ -384,6 +384,12 @@ struct avx2_backend {
         }
     }
 
+    /// Elements of `packed` split_scores needs for rows of hv over a split
+    /// of up to max_len rows (the bf16 arithmetic's float dots use it too).
+    static std::size_t split_packed_elements(std::size_t hv, std::size_t max_len) noexcept
+    {
+        return gemm_packed_size(hv, max_len);
+    }
     // Short splits by zmm_dots (use_zmm_dots); else rows [0, k) of S
     // through the kernel (kernel_score_rows), the rest by row_dots: S's rows
     // are Va's, so the two parts write disjoint rows.

@@ -12,18 +12,32 @@
 // AVX-512 targets on Eigen). With
 // BIAFFINE_USE_BLAS both types run their batch-wide products on the linked
 // CBLAS. Adding a backend: one header beside this one, and its line here.
+//
+// compute_precision::bf16 (float scorers): the batch-wide products run on
+// bf16_products<Math, Ops> (bf16_products.hpp), Math chosen here too: AMX
+// tiles where the target has them, VDPBF16PS where it has AVX512_BF16, else
+// emulated on the fp32 kernels (bf16_math.hpp). A float scorer's backend
+// holds both precisions' host_batch and runs the one its dims ask for
+// (precision_switch). bf16 inference (bf16_forward.hpp) runs the same Math.
 #pragma once
 
 #include "biaffine/abi.hpp"  // BIAFFINE_GEMM_KERNEL: the rule, beside the ABI name it sets
 #include "biaffine/config.hpp"
+#include "biaffine/detail/compute/bf16_forward.hpp"
+#include "biaffine/detail/compute/bf16_math.hpp"
+#include "biaffine/detail/compute/bf16_products.hpp"
+#include "biaffine/detail/compute/bf16_train.hpp"
 #include "biaffine/detail/compute/eigen_backend.hpp"
 #include "biaffine/detail/compute/host_batch.hpp"
 
 #if defined(BIAFFINE_USE_BLAS)
 #include "biaffine/detail/compute/blas_backend.hpp"
-#elif BIAFFINE_GEMM_KERNEL
+#endif
+#if BIAFFINE_GEMM_KERNEL || (defined(__AVX2__) && defined(__FMA__))
 #include "biaffine/detail/compute/avx2_backend.hpp"
 #endif
+
+#include <optional>
 
 BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
@@ -51,12 +65,155 @@ struct backend_choice<float> {
 template <class T>
 using compute_backend = typename backend_choice<T>::type;
 
+// ------------------------------------------------------------ bf16
+
+/// The fp32 per-split kernel under the bf16 arithmetic's float dots
+/// (emulated and AMX Math): the GEMM kernel wherever AVX2 and FMA are
+/// targeted (whatever the fp32 path runs), else Eigen.
+#if defined(__AVX2__) && defined(__FMA__)
+using bf16_split_ops = avx2_backend;
+#else
+using bf16_split_ops = eigen_backend<float>;
+#endif
+
+/// The bf16 arithmetic of this build (bf16_math.hpp).
+#if BIAFFINE_DETAIL_AMX_BF16
+using bf16_best_math = bf16_amx_math<bf16_split_ops>;
+#elif BIAFFINE_DETAIL_BF16_GEMM
+using bf16_best_math = bf16_vnni_math;
+#else
+using bf16_best_math = bf16_emulated_math<bf16_split_ops>;
+#endif
+
+/// A float scorer's bf16 inference and training products in this build.
+using scorer_bf16_forward = bf16_forward<bf16_best_math>;
+using scorer_bf16_train = bf16_train<bf16_best_math>;
+
+/// The batch-level backend of a float scorer: Fp32's operations, or Bf16's
+/// where its dims ask for compute_precision::bf16 (built only then). Both
+/// run the same Ops; they differ in their Products.
+template <class Fp32, class Bf16>
+class precision_switch {
+public:
+    using ops = typename Fp32::ops;
+    using value_type = float;
+    static constexpr const char* name = Fp32::name;
+    static constexpr const char* operations = Fp32::operations;
+    static constexpr bool reads_items = Fp32::reads_items;
+
+    explicit precision_switch(const scorer_dims& d) : fp32_(d)
+    {
+        if (d.bf16) bf16_.emplace(d);
+    }
+    const scorer_dims& dims() const noexcept { return fp32_.dims(); }
+
+    std::uint64_t prepared_version() const noexcept { return run([](auto& b) { return b.prepared_version(); }); }
+    void prepare(std::uint64_t version, const weights_ref<float>& w)
+    {
+        run([&](auto& b) { b.prepare(version, w); });
+    }
+    /// The weights prepare() took.
+    const weights_ref<float>& weights() const noexcept
+    {
+        return bf16_ ? bf16_->weights() : fp32_.weights();
+    }
+    std::uint64_t device_bytes(std::size_t count, std::size_t max_len, mode m) const noexcept
+    {
+        return run([&](auto& b) { return b.device_bytes(count, max_len, m); });
+    }
+    std::size_t packed_elements(std::size_t max_len) const noexcept
+    {
+        return run([&](auto& b) { return b.packed_elements(max_len); });
+    }
+    std::size_t train_packed_elements(std::size_t max_len, std::size_t rows) const noexcept
+    {
+        return run([&](auto& b) { return b.train_packed_elements(max_len, rows); });
+    }
+    std::size_t eval_t_rows(std::size_t N, std::size_t max_len) const noexcept
+    {
+        return run([&](auto& b) { return b.eval_t_rows(N, max_len); });
+    }
+    template <class Items>
+    void project(const Items& X, const std::size_t* off, std::size_t N, float* u, float* v, float* packed) const
+    {
+        run([&](auto& b) { b.project(X, off, N, u, v, packed); });
+    }
+    void dropout(double rate, std::uint64_t seed, float* u, float* v, const std::size_t* off, std::size_t count) const
+    {
+        run([&](auto& b) { b.dropout(rate, seed, u, v, off, count); });
+    }
+    void bilinear_left(const float* u, std::size_t N, float* t, float* packed) const
+    {
+        run([&](auto& b) { b.bilinear_left(u, N, t, packed); });
+    }
+    template <class Kind, class Dest, class Keep, class Each>
+    void score_outputs(const float* u, const float* v, const std::size_t* off, std::size_t count,
+                       const std::size_t* head_rows, float* t, bool keep_t, bool softmax, float* packed, Dest&& dest,
+                       Keep&& keep, Each&& each) const
+    {
+        run([&](auto& b) {
+            b.template score_outputs<Kind>(u, v, off, count, head_rows, t, keep_t, softmax, packed, dest, keep, each);
+        });
+    }
+    template <class Kind>
+    void softmax(typename Kind::template view<float> y) const
+    {
+        fp32_.template softmax<Kind>(y);  // no products: the same in either
+    }
+    template <class Kind>
+    void softmax_backward(typename Kind::template view<const float> y, typename Kind::template view<const float> dy,
+                          typename Kind::template view<float> ds) const
+    {
+        fp32_.template softmax_backward<Kind>(y, dy, ds);
+    }
+    template <class Kind, class Grad, class Kept>
+    void outputs_backward(const std::size_t* off, std::size_t count, const std::size_t* head_rows, const float* v,
+                          const float* t, span<const Grad> dY, bool softmax, Kept&& kept, float* y_tmp, float* ds,
+                          float* dv, float* dt, float* packed) const
+    {
+        run([&](auto& b) {
+            b.template outputs_backward<Kind>(off, count, head_rows, v, t, dY, softmax, kept, y_tmp, ds, dv, dt,
+                                              packed);
+        });
+    }
+    template <class Items>
+    void projections_backward(const Items& X, const std::size_t* off, std::size_t N, const float* u, const float* v,
+                              float* dt, float* dv, float* du, double rate, const grads_ref<float>& g,
+                              span<const seq_view<float>> dX, float* packed) const
+    {
+        run([&](auto& b) { b.projections_backward(X, off, N, u, v, dt, dv, du, rate, g, dX, packed); });
+    }
+
+private:
+    // The one precision branch: every operation goes to the backend of the
+    // scorer's precision.
+    template <class F>
+    decltype(auto) run(F&& f) const
+    {
+        return bf16_ ? f(*bf16_) : f(fp32_);
+    }
+    template <class F>
+    decltype(auto) run(F&& f)
+    {
+        return bf16_ ? f(*bf16_) : f(fp32_);
+    }
+
+    Fp32 fp32_;
+    std::optional<Bf16> bf16_;
+};
+
 /// The batch-level backend object the scorer holds for T by default: the
 /// host ops above under host_batch (biaffine_scorer's second template
-/// argument; fwd.hpp names it).
+/// argument; fwd.hpp names it), for float with its bf16 twin.
 template <class T>
 struct scorer_backend_choice {
     using type = host_batch<compute_backend<T>, T>;
+};
+template <>
+struct scorer_backend_choice<float> {
+    using ops = compute_backend<float>;
+    using type = precision_switch<host_batch<ops, float>,
+                                  host_batch<ops, float, bf16_products<bf16_best_math, ops>>>;
 };
 template <class T>
 using scorer_backend = typename scorer_backend_choice<T>::type;

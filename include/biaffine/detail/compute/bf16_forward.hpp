@@ -6,20 +6,9 @@
 // Where operands are rounded to bf16 (to nearest even): X as it is read;
 // Wh, Wd and W once per parameter version (bf16_weights, made by
 // pack_weights); U and V after bias and ReLU (their ones column is exact);
-// T after U W'. Bias, ReLU and every sum are fp32. One path, three kinds of
-// arithmetic (the Math policy):
-//   native    (AVX512_BF16 targets): bf16 storage, bf16_gemm for the
-//             projections and U W', bf16_dots per split (VDPBF16PS);
-//   emulated  (every CPU): the same rounding points with the rounded values
-//             kept as floats, Eigen's fp32 GEMM and the fp32 small-product
-//             kernel. bf16 x bf16 products are exact in fp32, so the
-//             kinds agree up to the order of the fp32 sums (and the native
-//             paths' flushing of denormals) - the emulated path gives the
-//             native path's parses on a CPU without it, at fp32 speed or below;
-//   amx       (AMX-BF16 targets): the projections and U W' on AMX tiles
-//             (amx_gemm; bf16_gemm where Linux withholds the tiles), V and T
-//             kept as floats holding bf16 values for the fp32 per-split
-//             kernel (VDPBF16PS runs at half the fp32 rate there).
+// T after U W'. Bias, ReLU and every sum are fp32. The arithmetic is Math's
+// (bf16_math.hpp: native VDPBF16PS, AMX tiles, or emulated on fp32 kernels);
+// backend.hpp chooses it.
 //
 // Rows are processed a group of whole splits at a time (group_rows rows, or
 // one longer split): their X in bf16, U, V and T for those rows only, so the
@@ -46,20 +35,13 @@
 #include <vector>
 
 #include "biaffine/bfloat16.hpp"
-#include "biaffine/detail/compute/amx_bf16_gemm.hpp"
-#include "biaffine/detail/compute/avx2_backend.hpp"
-#include "biaffine/detail/compute/avx512_bf16_gemm.hpp"
-#include "biaffine/detail/compute/bf16_emulated.hpp"
-#include "biaffine/detail/compute/eigen_backend.hpp"
+#include "biaffine/detail/compute/bf16_math.hpp"
 #include "biaffine/detail/compute/operands.hpp"
 #include "biaffine/detail/checked.hpp"
 #include "biaffine/tensor.hpp"
 
 BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
-
-/// k rounded up to pairs of bf16 (the depth of a packed row).
-constexpr std::size_t bf16_pairs(std::size_t k) noexcept { return (k + 1) / 2 * 2; }
 
 /// The weights as the bf16 products read them, made once per parameter
 /// version by bf16_forward<Math>::pack_weights. E: Math::in_elem.
@@ -83,205 +65,6 @@ struct bf16_weights {
     }
 };
 
-/// A split's scores s [n, n o] from V and T rows that hold bf16 values as
-/// floats (row stride hv, as the fp32 backends read them): the fp32 path's
-/// own per-split kernels (zmm_dots for short splits, the GEMM kernel with
-/// Va^T packed for long ones or many labels; Eigen without AVX2). `packed`:
-/// float_score_packed(hv, longest split) floats.
-inline std::size_t float_score_packed(std::size_t hv, std::size_t max_len) noexcept
-{
-#if defined(__AVX2__) && defined(__FMA__)
-    return gemm_packed_size(hv, max_len);
-#else
-    (void)hv;
-    (void)max_len;
-    return 0;
-#endif
-}
-inline void float_split_scores(const float* va, std::size_t n, const float* t, std::size_t o, std::size_t hv,
-                               score_view<float> s, float* packed)
-{
-    const const_row_map<float> v(va, static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(hv),
-                                 Eigen::OuterStride<>(static_cast<Eigen::Index>(hv)));
-#if defined(__AVX2__) && defined(__FMA__)
-    avx2_backend::split_scores(v, t, o, s, packed);
-#else
-    eigen_backend<float>::split_scores(v, t, o, s, packed);
-#endif
-}
-
-/// The per-split products on the fp32 kernels: V and T kept as floats that
-/// hold bf16 values, rows of hv (the emulated and the AMX arithmetic).
-struct bf16_float_dots {
-    using dot_elem = float;
-    static std::size_t dot_depth(std::size_t k) noexcept { return k; }
-    static std::size_t score_packed(std::size_t hv, std::size_t max_len) noexcept
-    {
-        return float_score_packed(hv, max_len);
-    }
-    static void scores(const float* va, std::size_t n, const float* t, std::size_t o, std::size_t hv,
-                       score_view<float> s, float* packed)
-    {
-        float_split_scores(va, n, t, o, hv, s, packed);
-    }
-    static void dots(const float* a, std::size_t lda, std::size_t n, const float* b, std::size_t ldb, std::size_t m,
-                     std::size_t k, float* c, std::size_t ldc)
-    {
-        const auto P = [](std::size_t v) { return static_cast<std::ptrdiff_t>(v); };
-        bf16_dots_emulated(a, P(lda), P(n), b, P(ldb), P(m), P(k), c, P(ldc));
-    }
-};
-
-/// Rows (and B) in bf16 on every CPU: floats rounded to bf16, products in
-/// fp32 on Eigen and the fp32 small-product kernels.
-struct bf16_emulated_math : bf16_float_dots {
-    using in_elem = float;
-    static constexpr const char* name = "emulated";
-    static const char* active() noexcept { return "emulated (fp32 kernels on bf16-rounded operands)"; }
-    static std::size_t depth(std::size_t k) noexcept { return bf16_pairs(k); }
-
-    /// dst [n, depth(k)] = src [n, k] (any strides) rounded, zeros after k.
-    static void round_rows(const seq_view<const float>& src, float* dst, std::size_t ldd)
-    {
-        for (std::size_t i = 0; i < src.rows; ++i) {
-            for (std::size_t p = 0; p < src.cols; ++p) dst[i * ldd + p] = round_to_bfloat16(src(i, p));
-            std::fill(dst + i * ldd + src.cols, dst + i * ldd + depth(src.cols), 0.0f);
-        }
-    }
-    /// B [K, M] (element (k, m) = at(k, m)) rounded, kept row-major
-    /// [depth(K), M] with zero rows past K.
-    template <class At>
-    static void pack_b(At&& at, std::size_t K, std::size_t M, typename bf16_weights<float>::buffer& out)
-    {
-        out.assign(depth(K) * M, 0.0f);
-        for (std::size_t k = 0; k < K; ++k)
-            for (std::size_t m = 0; m < M; ++m) out[k * M + m] = round_to_bfloat16(static_cast<float>(at(k, m)));
-    }
-    /// Elements pack_b allocates.
-    static std::size_t packed_size(std::size_t K, std::size_t M) noexcept { return depth(K) * M; }
-    /// c [N, M] (row stride ldc) = round(relu?(a [N, K] B + bias)); NaN kept by the ReLU.
-    static void gemm(const float* a, std::size_t lda, std::size_t N, std::size_t K, const typename bf16_weights<float>::buffer& b,
-                     std::size_t M, const float* bias, bool relu, float* c, std::size_t ldc)
-    {
-        using Stride = Eigen::OuterStride<>;
-        const auto n = static_cast<Eigen::Index>(N), k = static_cast<Eigen::Index>(depth(K)),
-                   m = static_cast<Eigen::Index>(M);
-        Eigen::Map<const row_matrix<float>, Eigen::Unaligned, Stride> A(a, n, k, Stride(static_cast<Eigen::Index>(lda)));
-        Eigen::Map<const row_matrix<float>> B(b.data(), k, m);
-        Eigen::Map<row_matrix<float>, Eigen::Unaligned, Stride> C(c, n, m, Stride(static_cast<Eigen::Index>(ldc)));
-        C.noalias() = A * B;
-        for (Eigen::Index i = 0; i < n; ++i)
-            for (Eigen::Index j = 0; j < m; ++j) {
-                float z = C(i, j) + (bias != nullptr ? bias[j] : 0.0f);
-                if (relu && z < 0.0f) z = 0.0f;
-                C(i, j) = round_to_bfloat16(z);
-            }
-    }
-};
-
-#if BIAFFINE_DETAIL_BF16_GEMM
-/// bf16 rows for A (and, in bf16_vnni_math, for the per-split products).
-template <std::size_t Step>
-struct bf16_rows_math {
-    using in_elem = bfloat16;
-    static std::size_t depth(std::size_t k) noexcept { return (k + Step - 1) / Step * Step; }
-
-    static void round_rows(const seq_view<const float>& src, bfloat16* dst, std::size_t ldd)
-    {
-        const auto P = [](std::size_t v) { return static_cast<std::ptrdiff_t>(v); };
-        std::size_t written = src.cols;  // then zeros up to the depth
-        if (src.col_stride == 1) {
-            pack_bf16_rows(src.data, src.row_stride, P(src.rows), P(src.cols), dst, P(ldd));
-            written = bf16_pairs(src.cols);
-        } else {
-            for (std::size_t i = 0; i < src.rows; ++i)
-                for (std::size_t p = 0; p < src.cols; ++p) dst[i * ldd + p] = bfloat16(src(i, p));
-        }
-        for (std::size_t i = 0; i < src.rows; ++i)
-            std::fill(dst + i * ldd + written, dst + i * ldd + depth(src.cols), bfloat16(0.0f));
-    }
-    template <class At>
-    static void pack_b(At&& at, std::size_t K, std::size_t M, typename bf16_weights<bfloat16>::buffer& out)
-    {
-        out.assign(packed_size(K, M), bfloat16(0.0f));
-        bf16_gemm_pack(at, K, M, out.data(), depth(K));
-    }
-    static std::size_t packed_size(std::size_t K, std::size_t M) noexcept
-    {
-        return bf16_gemm_packed_size(K, M, depth(K));
-    }
-};
-
-/// bf16 storage and VDPBF16PS: bf16_gemm, bf16_dots (AVX512_BF16 CPUs
-/// without AMX: Zen 4, Zen 5).
-struct bf16_vnni_math : bf16_rows_math<2> {
-    using dot_elem = bfloat16;
-    static constexpr const char* name = "avx512_bf16";
-    static const char* active() noexcept { return "avx512_bf16 (VDPBF16PS)"; }
-    static std::size_t dot_depth(std::size_t k) noexcept { return bf16_pairs(k); }
-    static std::size_t score_packed(std::size_t, std::size_t) noexcept { return 0; }
-    static void scores(const bfloat16* va, std::size_t n, const bfloat16* t, std::size_t o, std::size_t hv,
-                       score_view<float> s, float*)
-    {
-        const auto P = [](std::size_t v) { return static_cast<std::ptrdiff_t>(v); };
-        const std::size_t ld = dot_depth(hv);
-        bf16_dots(va, P(ld), P(n), t, P(ld), P(n * o), P(hv), s.data, s.row_stride);
-    }
-    template <class Out>
-    static void gemm(const bfloat16* a, std::size_t lda, std::size_t N, std::size_t K, const typename bf16_weights<bfloat16>::buffer& b,
-                     std::size_t M, const float* bias, bool relu, Out* c, std::size_t ldc)
-    {
-        static_assert(std::is_same<Out, bfloat16>::value, "bf16_vnni_math keeps every row in bf16");
-        bf16_gemm(a, static_cast<std::ptrdiff_t>(lda), N, K, b.data(), M, bf16_gemm_epilogue{bias, relu}, nullptr, 0,
-                  c, static_cast<std::ptrdiff_t>(ldc));
-    }
-    static void dots(const bfloat16* a, std::size_t lda, std::size_t n, const bfloat16* b, std::size_t ldb,
-                     std::size_t m, std::size_t k, float* c, std::size_t ldc)
-    {
-        const auto P = [](std::size_t v) { return static_cast<std::ptrdiff_t>(v); };
-        bf16_dots(a, P(lda), P(n), b, P(ldb), P(m), P(k), c, P(ldc));
-    }
-};
-#endif
-
-#if BIAFFINE_DETAIL_AMX_BF16
-/// AMX tiles for the row-wise products (depth in steps of 32); V and T as
-/// floats holding bf16 values for the fp32 per-split kernel.
-struct bf16_amx_math : bf16_rows_math<32>, bf16_float_dots {
-    static constexpr const char* name = "amx_bf16";
-    static const char* active() noexcept
-    {
-        return amx_usable() ? "amx_bf16 (AMX tiles; per-split products on the fp32 kernels)"
-                            : "avx512_bf16 (VDPBF16PS: Linux withholds the AMX tiles)";
-    }
-    template <class Out>
-    static void gemm(const bfloat16* a, std::size_t lda, std::size_t N, std::size_t K, const typename bf16_weights<bfloat16>::buffer& b,
-                     std::size_t M, const float* bias, bool relu, Out* c, std::size_t ldc)
-    {
-        const auto L = static_cast<std::ptrdiff_t>(lda), C = static_cast<std::ptrdiff_t>(ldc);
-        const bf16_gemm_epilogue ep{bias, relu};
-        constexpr bool to_bf16 = std::is_same<Out, bfloat16>::value;
-        if (amx_usable()) {
-            if constexpr (to_bf16) amx_gemm(a, L, N, depth(K), b.data(), M, ep, false, nullptr, 0, c, C);
-            else amx_gemm(a, L, N, depth(K), b.data(), M, ep, true, c, C);
-            return;
-        }
-        // Tiles withheld: the same products on VDPBF16PS (zeros past K add nothing).
-        if constexpr (to_bf16) {
-            bf16_gemm(a, L, N, depth(K), b.data(), M, ep, nullptr, 0, c, C);
-        } else {
-            bf16_gemm(a, L, N, depth(K), b.data(), M, ep, c, C);
-            for (std::size_t i = 0; i < N; ++i)
-                for (std::size_t j = 0; j < M; ++j) c[i * ldc + j] = round_to_bfloat16(c[i * ldc + j]);
-        }
-    }
-};
-using bf16_best_math = bf16_amx_math;
-#elif BIAFFINE_DETAIL_BF16_GEMM
-using bf16_best_math = bf16_vnni_math;
-#else
-using bf16_best_math = bf16_emulated_math;
-#endif
 
 /// The inference forward on Math's arithmetic (see the top of the file).
 template <class Math>
@@ -437,9 +220,6 @@ private:
     }
 };
 
-/// The bf16 forward a float scorer runs in this build.
-using scorer_bf16_forward = bf16_forward<bf16_best_math>;
-
 #if defined(__SANITIZE_THREAD__)
 #define BIAFFINE_DETAIL_TSAN 1
 #elif defined(__has_feature)
@@ -451,7 +231,7 @@ using scorer_bf16_forward = bf16_forward<bf16_best_math>;
 #define BIAFFINE_DETAIL_TSAN 0
 #endif
 
-/// A float scorer's weights as scorer_bf16_forward reads them, kept with
+/// A float scorer's weights as Forward (a bf16_forward<Math>) reads them, kept with
 /// the scorer (compute_precision::bf16), one immutable pack per parameter
 /// version. Calls take a reference to the current pack and read only it, so
 /// concurrent calls never see a pack being written: a stale pack is replaced
@@ -465,9 +245,10 @@ using scorer_bf16_forward = bf16_forward<bf16_best_math>;
 /// parameters are written by optimisers without the scorer knowing): a pack
 /// also keeps the fp32 weights it was made from, and a call whose weights
 /// differ from them (memcmp, a pass far cheaper than packing) packs again.
+template <class Forward>
 class bf16_weights_cache {
 public:
-    using weights = bf16_weights<scorer_bf16_forward::E>;
+    using weights = bf16_weights<typename Forward::E>;
     struct pack {
         std::uint64_t version = 0;  ///< the scorer's parameter version it was made from
         weights w;
@@ -576,7 +357,7 @@ private:
     }
     void fill(pack& p, std::uint64_t version, const scorer_dims& d, const weights_ref<float>& w) const
     {
-        scorer_bf16_forward::pack_weights(d, w, p.w);
+        Forward::pack_weights(d, w, p.w);
         p.seen.clear();
         if (watching()) {
             std::size_t total = 0;

@@ -19,7 +19,7 @@
 // Rounding is the identity to backward (straight through), as mixed
 // precision training usually treats it.
 //
-// The products run on the Math of bf16_forward.hpp: AMX tiles (amx_gemm;
+// The products run on a Math of bf16_math.hpp (backend.hpp chooses it): AMX tiles (amx_gemm;
 // bf16_gemm where Linux withholds the tiles), VDPBF16PS (bf16_gemm) or, on
 // every other CPU, the same rounding with the rounded values kept as floats
 // and Eigen's fp32 GEMM (bf16 x bf16 products are exact in fp32).
@@ -40,7 +40,7 @@
 
 #include "biaffine/bfloat16.hpp"
 #include "biaffine/detail/checked.hpp"
-#include "biaffine/detail/compute/bf16_forward.hpp"
+#include "biaffine/detail/compute/bf16_math.hpp"
 #include "biaffine/detail/compute/operands.hpp"
 #include "biaffine/detail/eigen.hpp"
 #include "biaffine/detail/split_checks.hpp"
@@ -355,7 +355,7 @@ struct bf16_train {
             const auto L = static_cast<std::ptrdiff_t>(lda), C = static_cast<std::ptrdiff_t>(ldc);
 #if BIAFFINE_DETAIL_AMX_BF16
             // Only AMX Math pads depth and panels to AMX's steps of 32.
-            if constexpr (std::is_same<Math, bf16_amx_math>::value) {
+            if constexpr (Math::amx_tiles) {
                 if (amx_usable()) {
                     amx_gemm(a, L, N, K, b, M, ep, false, c, C);
                     return;
@@ -499,9 +499,6 @@ private:
         }
     };
 };
-
-/// The bf16 training products a float scorer runs in this build.
-using scorer_bf16_train = bf16_train<bf16_best_math>;
 
 }  // namespace detail
 BIAFFINE_NAMESPACE_END

@@ -110,6 +110,9 @@ struct eigen_backend {
         bilinear_scores_whole<eigen_backend>(d, w, u, off, count, t, packed, each);
     }
 
+    /// Elements of `packed` split_scores needs for rows of hv over a split
+    /// of up to max_len rows (the bf16 arithmetic's float dots use it too).
+    static std::size_t split_packed_elements(std::size_t /*hv*/, std::size_t /*max_len*/) noexcept { return 0; }
     static void split_scores(const_row_map<T> va, const T* t_rows, std::size_t labels, score_view<T> s, T*)
     {
         bilinear_right<T>(va, t_rows, labels, s);

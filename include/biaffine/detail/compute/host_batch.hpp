@@ -11,15 +11,17 @@
 // device backend implements these batch-level operations itself (one
 // grouped call where this layer loops; tests/cuda/backend_skeleton.cu).
 //
-// compute_precision::bf16 (float scorers; dims().bf16): the batch-wide
-// products - projections, U W' and their backward - run on bf16_train.hpp
-// rather than Ops, the per-split products, softmax and dropout on Ops in
-// fp32 as ever.
+// The batch-wide products (projections, U W' and their backward) and their
+// precision are the Products policy's: fp32_products<Ops, T> (below) runs
+// them on Ops; bf16_products (bf16_products.hpp) in bf16 with the weights
+// packed per parameter version. The per-split products, softmax and dropout
+// run on Ops in T whatever the policy. backend.hpp chooses the policy.
 //
 // State: the weights the backend has prepared (weights_slot), tagged with
-// the scorer's parameter version. The scorer calls prepare(version, w)
-// whenever its version differs from prepared_version(); CPU backends keep
-// the pointers (nothing to pack), a device backend would copy or pack here.
+// the scorer's parameter version, and what Products made of them (bf16:
+// the packed weights). The scorer calls prepare(version, w) whenever its
+// version differs from prepared_version(); the pointers are kept, a device
+// backend would copy or pack here.
 #pragma once
 
 #include "biaffine/abi.hpp"
@@ -34,7 +36,6 @@
 
 #include "biaffine/config.hpp"
 #include "biaffine/detail/checked.hpp"
-#include "biaffine/detail/compute/bf16_train.hpp"
 #include "biaffine/detail/compute/eigen_backend.hpp"
 #include "biaffine/detail/compute/interface.hpp"
 #include "biaffine/detail/compute/operands.hpp"
@@ -116,11 +117,72 @@ bool same_weights(const weights_ref<T>& a, const weights_ref<T>& b) noexcept
     return a.wh == b.wh && a.bh == b.bh && a.wd == b.wd && a.bd == b.bd && a.w == b.w;
 }
 
+/// The batch-wide products on Ops in T (host_batch's default Products; see
+/// bf16_products for the contract's other policy): what host_batch's
+/// operations call for projections, U W' (with the full scores' groups)
+/// and their backward. `w`: the prepared pointers; `p`: what prepare()
+/// packed of them (nothing here).
+template <class Ops, class T>
+struct fp32_products {
+    struct packed_weights {
+        void reserve(const scorer_dims&) noexcept {}
+        void pack(const weights_ref<T>&) noexcept {}
+    };
+    static std::size_t packed_elements(const scorer_dims& d, std::size_t max_len) noexcept
+    {
+        return Ops::packed_elements(d, max_len);
+    }
+    static std::size_t train_packed_elements(const scorer_dims& d, std::size_t max_len, std::size_t rows) noexcept
+    {
+        return Ops::train_packed_elements(d, max_len, rows);
+    }
+    static std::size_t eval_t_rows(const scorer_dims& d, std::size_t N, std::size_t max_len) noexcept
+    {
+        return t_group_rows(Ops::score_group_rows(d), N, max_len);
+    }
+    template <class Items>
+    static void project(const scorer_dims& d, const weights_ref<T>& w, const packed_weights&, const Items& X,
+                        const std::size_t* off, std::size_t N, T* u, T* v, T* packed)
+    {
+        if constexpr (Ops::reads_items) {
+            Ops::project_items(d, w, X, off, N, u, v, packed);
+        } else {
+            scratch<T> xp(to_index_size(checked_mul(N, d.n_in, "packed input"), "packed input"));
+            gather_rows(X, off, d.n_in, xp.data());
+            Ops::projections(d, w, xp.data(), N, u, v, packed);
+        }
+    }
+    static void left(const scorer_dims& d, const weights_ref<T>& w, const packed_weights&, const T* u, std::size_t N,
+                     T* t, T* packed)
+    {
+        Ops::bilinear_left(d, w.w, u, N, t, packed);
+    }
+    /// Full scores of splits with rows (off[count] > 0): T a group at a time.
+    template <class Split>
+    static void scores(const scorer_dims& d, const weights_ref<T>& w, const packed_weights&, const T* u,
+                       const std::size_t* off, std::size_t count, T* t, bool keep_t, T* packed, Split&& split)
+    {
+        Ops::bilinear_scores(d, w.w, u, off, count, t, keep_t, packed, split);
+    }
+    /// From dT and dV through W, relu (a) and the projections: du scratch.
+    template <class Items>
+    static void backward(const scorer_dims& d, const weights_ref<T>& w, const packed_weights&, const Items& X,
+                         const std::size_t* off, std::size_t N, const T* u, T* dt, T* dv, T* du,
+                         const relu_ref<T>& a, const grads_ref<T>& g, span<const seq_view<T>> dX, T* packed)
+    {
+        // The input backward gathers X into xp where Ops cannot read the splits in place.
+        scratch<T> xp(Ops::reads_items ? 0 : to_index_size(checked_product("packed input", N, d.n_in, sizeof(T)),
+                                                           "packed input") / sizeof(T));
+        Ops::bilinear_left_backward(d, w.w, u, N, dt, du, g.w, packed);
+        Ops::input_backward(d, w, g, X, off, N, a, du, dv, xp.data(), packed, dX);
+    }
+};
+
 /// The batch-level backend over a CPU backend's static per-split operations
 /// `Ops` (see interface.hpp for both contracts). Shapes: N packed rows of a
 /// batch of `count` splits at row offsets `off` ([count + 1]); u [N, hu], v
 /// [N, hv], t [N, o * hv] (or the group eval_t_rows holds).
-template <class Ops, class T>
+template <class Ops, class T, class Products = fp32_products<Ops, T>>
 class host_batch {
     static_assert(check_host_ops<Ops, T>(), "host_batch<Ops, T>: Ops breaks the host ops contract");
 
@@ -133,12 +195,11 @@ public:
     /// cost model counts it).
     static constexpr bool reads_items = Ops::reads_items;
 
-    explicit host_batch(const scorer_dims& d) : d_(d)
-    {
-        if constexpr (can_bf16) {
-            if (d.bf16) w16_.reserve(d);  // with the scorer: a training step allocates none of it
-        }
-    }
+    using products = Products;
+
+    /// Products' packed weights are allocated here, with the scorer: a
+    /// training step allocates none of them.
+    explicit host_batch(const scorer_dims& d) : d_(d) { packed_.reserve(d); }
 
     const scorer_dims& dims() const noexcept { return d_; }
 
@@ -155,9 +216,7 @@ public:
             // The same pointers again (parameters_changed() while predict
             // calls read them): left as they are, not rewritten under them.
             if (!same_weights(slot_.w, w)) slot_.w = w;
-            if constexpr (can_bf16) {
-                if (bf16()) w16_.pack(w);
-            }
+            packed_.pack(w);
         });
     }
     /// The weights prepare() took.
@@ -173,27 +232,16 @@ public:
 
     std::size_t packed_elements(std::size_t max_len) const noexcept
     {
-        const std::size_t ops = Ops::packed_elements(d_, max_len);
-        if constexpr (can_bf16) {
-            if (bf16()) return std::max(ops, elements_of(bf16_train_ops::forward_bytes(d_)));
-        }
-        return ops;
+        return Products::packed_elements(d_, max_len);
     }
     std::size_t train_packed_elements(std::size_t max_len, std::size_t rows) const noexcept
     {
-        const std::size_t ops = Ops::train_packed_elements(d_, max_len, rows);
-        if constexpr (can_bf16) {
-            if (bf16()) {
-                return std::max({ops, packed_elements(max_len), elements_of(bf16_train_ops::scratch_bytes(d_, rows))});
-            }
-        }
-        return ops;
+        return Products::train_packed_elements(d_, max_len, rows);
     }
     /// Rows of T inference holds at once (the backend's group, or the batch).
     std::size_t eval_t_rows(std::size_t N, std::size_t max_len) const noexcept
     {
-        if (bf16()) return N;  // T for every row, then the splits (score_outputs)
-        return t_group_rows(Ops::score_group_rows(d_), N, max_len);
+        return Products::eval_t_rows(d_, N, max_len);
     }
 
     // ------------------------------------------------------------ forward
@@ -202,19 +250,7 @@ public:
     template <class Items>
     void project(const Items& X, const std::size_t* off, std::size_t N, T* u, T* v, T* packed) const
     {
-        if constexpr (can_bf16) {
-            if (bf16()) {
-                bf16_train_ops::project(d_, w16_, slot_.w, X, N, u, v, packed);
-                return;
-            }
-        }
-        if constexpr (Ops::reads_items) {
-            Ops::project_items(d_, slot_.w, X, off, N, u, v, packed);
-        } else {
-            scratch<T> xp(to_index_size(checked_mul(N, d_.n_in, "packed input"), "packed input"));
-            gather_rows(X, off, d_.n_in, xp.data());
-            Ops::projections(d_, slot_.w, xp.data(), N, u, v, packed);
-        }
+        Products::project(d_, slot_.w, packed_, X, off, N, u, v, packed);
     }
 
     /// Dropout at `rate` on U and V: one mask per split and feature, shared
@@ -241,13 +277,7 @@ public:
     void bilinear_left(const T* u, std::size_t N, T* t, T* packed) const
     {
         if (N == 0) return;  // no products for empty splits (see eigen_backend)
-        if constexpr (can_bf16) {
-            if (bf16()) {
-                bf16_train_ops::left(d_, w16_, u, N, t, packed);
-                return;
-            }
-        }
-        Ops::bilinear_left(d_, slot_.w.w, u, N, t, packed);
+        Products::left(d_, slot_.w, packed_, u, N, t, packed);
     }
 
     /// Every split's output of one kind from the packed activations: full
@@ -294,12 +324,7 @@ public:
                 for (std::size_t k = 0; k < count; ++k) split(k, static_cast<const T*>(nullptr), packed);
                 return;
             }
-            if (bf16()) {  // T for every row in bf16 (eval_t_rows), then the splits on Ops in fp32
-                bilinear_left(u, off[count], t, packed);
-                for (std::size_t k = 0; k < count; ++k) split(k, static_cast<const T*>(t + off[k] * o * hv), packed);
-                return;
-            }
-            Ops::bilinear_scores(d_, slot_.w.w, u, off, count, t, keep_t, packed, split);
+            Products::scores(d_, slot_.w, packed_, u, off, count, t, keep_t, packed, split);
         }
     }
 
@@ -400,27 +425,10 @@ public:
         // positive, scaled like the kept units), then the projections.
         const T scale = rate > 0.0 ? static_cast<T>(1.0 / (1.0 - rate)) : T(1);
         const relu_ref<T> a{u, v, scale};
-        if constexpr (can_bf16) {
-            if (bf16()) {
-                bf16_train_ops::left_backward(d_, w16_, u, N, dt, du, g.w, packed);
-                bf16_train_ops::input_backward(d_, w16_, g, X, N, a, du, dv, packed, dX);
-                return;
-            }
-        }
-        // The input backward gathers X into xp where Ops cannot read the splits in place.
-        scratch<T> xp(reads_items ? 0 : packed_count_of("packed input", N, d_.n_in));
-        Ops::bilinear_left_backward(d_, slot_.w.w, u, N, dt, du, g.w, packed);
-        Ops::input_backward(d_, slot_.w, g, X, off, N, a, du, dv, xp.data(), packed, dX);
+        Products::backward(d_, slot_.w, packed_, X, off, N, u, dt, dv, du, a, g, dX, packed);
     }
 
-    /// Whether the batch-wide products run in bf16 (bf16_train.hpp).
-    bool bf16() const noexcept { return can_bf16 && d_.bf16; }
-
 private:
-    static constexpr bool can_bf16 = std::is_same<T, float>::value;
-    using bf16_train_ops = scorer_bf16_train;
-    struct no_bf16_weights {};
-    static std::size_t elements_of(std::size_t bytes) noexcept { return (bytes + sizeof(T) - 1) / sizeof(T); }
 
     static std::size_t packed_count_of(const char* what, std::uint64_t rows, std::size_t cols)
     {
@@ -447,8 +455,9 @@ private:
 
     scorer_dims d_;
     weights_slot<T> slot_;
-    // The weights in bf16 (bf16()): packed with each parameter version.
-    std::conditional_t<can_bf16, typename bf16_train_ops::weights, no_bf16_weights> w16_;
+    // What Products made of the prepared weights (bf16: packed), with each
+    // parameter version.
+    typename Products::packed_weights packed_;
 };
 
 }  // namespace detail

@@ -6,10 +6,11 @@
 //   check_host_ops<Ops, T>() the static per-split operations host_batch<Ops, T>
 //                            (detail/compute/host_batch.hpp) turns into one
 //
-// dims.bf16 is a float scorer's compute_precision::bf16: host_batch then
-// runs the batch-wide products of training in bf16 (bf16_train.hpp; the
-// scorer runs bf16 inference itself, scorer_bf16.hpp). A backend without
-// bf16 products computes them in its own precision.
+// dims.bf16 is a float scorer's compute_precision::bf16: the default float
+// backend (backend.hpp) then runs the batch-wide products of training in
+// bf16 (host_batch with bf16_products; the scorer runs bf16 inference itself,
+// detail/scorer/bf16.hpp). A backend without bf16 products computes them in
+// its own precision.
 //
 // The batch level. An object built from the scorer's sizes, `B(dims)`, held
 // by the scorer (biaffine_scorer<T, B>) for its lifetime; const operations

@@ -19,15 +19,12 @@
 #include <type_traits>
 
 #include "biaffine/detail/checked.hpp"
-#include "biaffine/detail/compute/bf16_forward.hpp"
+#include "biaffine/detail/compute/backend.hpp"
 #include "biaffine/detail/output_kind.hpp"
 #include "biaffine/detail/scorer/declaration.hpp"
 #include "biaffine/workspace.hpp"
 
 BIAFFINE_NAMESPACE_BEGIN
-namespace detail {
-
-}  // namespace detail
 
 template <class T, class Backend, class Out>
 const char* biaffine_scorer<T, Backend, Out>::bf16_arithmetic() noexcept

@@ -21,7 +21,6 @@
 #include "biaffine/bfloat16.hpp"
 #include "biaffine/detail/checked.hpp"
 #include "biaffine/detail/compute/backend.hpp"
-#include "biaffine/detail/compute/bf16_forward.hpp"
 #include "biaffine/detail/compute/operands.hpp"
 #include "biaffine/detail/random.hpp"
 #include "biaffine/errors.hpp"
@@ -585,7 +584,7 @@ private:
     // scorers; empty otherwise). Training's bf16 weights live in the backend
     // (detail/compute/bf16_train.hpp).
     struct no_bf16_cache {};
-    mutable std::conditional_t<std::is_same<T, float>::value, detail::bf16_weights_cache, no_bf16_cache> bf16_;
+    mutable std::conditional_t<std::is_same<T, float>::value, detail::bf16_weights_cache<detail::scorer_bf16_forward>, no_bf16_cache> bf16_;
 };
 
 
