@@ -44,10 +44,9 @@ template <class Math>
 bf16_run<Math> run_bf16(const problem& p, const std::vector<std::vector<std::size_t>>& heads)
 {
     using F = bd::bf16_forward<Math>;
-    using E = typename Math::in_elem;
     using D = typename Math::dot_elem;
-    bd::bf16_weights<E> w;
-    F::pack_weights(p.d, bd::weights_ref<float>{p.wh.data(), p.bh.data(), p.wd.data(), p.bd.data(), p.w.data()}, w);
+    bd::bf16_weights<Math> w;
+    w.pack(p.d, bd::weights_ref<float>{p.wh.data(), p.bh.data(), p.wd.data(), p.bd.data(), p.w.data()});
     std::size_t max_len = 0;
     for (std::size_t n : p.lengths) max_len = std::max(max_len, n);
     std::size_t N = 0;

@@ -53,9 +53,9 @@ void check_products(const char* what, std::uint32_t seed)
         const std::vector<float> C0 = bf16_test::random_rows(M1, M2, ldc, gen);
         const std::size_t lda = Math::depth(K);
         std::vector<E> at((M1 + P::slack) * lda);
-        P::pack_transposed(A.data(), lda_src, K, M1, at.data(), lda);
+        Math::pack_transposed(A.data(), lda_src, K, M1, at.data(), lda);
         std::vector<E> bp(Math::packed_size(K, M2));
-        P::pack_pairs([&](std::size_t k) { return B.data() + k * ldb_src; }, K, M2, bp.data());
+        Math::pack_pairs([&](std::size_t k) { return B.data() + k * ldb_src; }, K, M2, bp.data());
         std::vector<float> C = C0;
         {
             bd::bf16_gemm_epilogue ep;
@@ -86,7 +86,7 @@ void check_products(const char* what, std::uint32_t seed)
         const std::vector<float> bias = bf16_test::random_rows(1, M2, M2, gen);
         std::vector<E> xb((M1 + P::slack) * lda);
         Math::round_rows(seq_view<const float>{X.data(), M1, K, static_cast<std::ptrdiff_t>(K), 1}, xb.data(), lda);
-        typename bd::bf16_weights<E>::buffer wb;
+        biaffine::tracked_vector<E> wb;
         Math::pack_b([&](std::size_t k, std::size_t m) { return W[m * K + k]; }, K, M2, wb);
         std::vector<float> Y(M1 * ldc, bf16_test::sentinel);
         bd::bf16_gemm_epilogue fe;

@@ -181,9 +181,9 @@ TEST_CASE("bf16 inference: the cost it reports is what it takes", "[scorer_bf16]
         CHECK(sp.work_peak_bytes() == s0.current_bytes - s0.output_bytes);
         CHECK(tracker().stats().output_bytes == s0.output_bytes);
     }
-    // The bf16 copies of the weights (inference's, and training's in the
-    // backend) are allocated with the scorer: what a bf16 scorer holds
-    // beyond an fp32 one is exactly their size.
+    // The bf16 copy of the weights (one pack for inference and training, in
+    // the backend) is allocated with the scorer: what a bf16 scorer holds
+    // beyond an fp32 one is exactly its size.
     scorer_config cfg;
     cfg.n_in = p.d.n_in;
     cfg.hidden = p.d.hidden;
@@ -197,9 +197,7 @@ TEST_CASE("bf16 inference: the cost it reports is what it takes", "[scorer_bf16]
     cfg.precision = compute_precision::bf16;
     biaffine_scorer<float> b(cfg);
     const biaffine::detail::scorer_dims d{cfg.n_in, cfg.hidden, cfg.labels, cfg.bias_u, cfg.bias_v, true};
-    CHECK(tracker().current_bytes() - b0 - fp32_bytes ==
-          biaffine::detail::scorer_bf16_forward::weights_bytes(d) +
-              biaffine::detail::scorer_bf16_train::weights::reserved_bytes(d));
+    CHECK(tracker().current_bytes() - b0 - fp32_bytes == biaffine::detail::scorer_bf16_weights::bytes(d));
 }
 
 TEST_CASE("bf16 inference: the packed weights follow every parameter change", "[scorer_bf16]")
@@ -379,7 +377,7 @@ TEST_CASE("bf16 inference: a call keeps the packed copy it started with; a newer
         }
     });
     CHECK(got == want);
-    CHECK(extra == F::weights_bytes(d));
+    CHECK(extra == biaffine::detail::scorer_bf16_weights::bytes(d));
     CHECK(tracker().current_bytes() == before);  // the old pack freed with the call
     // Between calls a change repacks the pack's own buffers: nothing more held.
     s.parameters_changed();
@@ -424,7 +422,7 @@ TEST_CASE("bf16 inference: watch_parameter_writes sees writes made without param
 
 TEST_CASE("bf16 inference: bf16_arithmetic names the arithmetic the build chose", "[scorer_bf16]")
 {
-    // The build's rule (detail/compute/bf16_forward.hpp): AMX tiles where the
+    // The build's rule (detail/compute/backend.hpp): AMX tiles where the
     // target has them (VDPBF16PS when Linux withholds the tiles), else
     // VDPBF16PS where the target has it, else the fp32 kernels; each name
     // is followed by how, in parentheses.

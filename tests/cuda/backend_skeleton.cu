@@ -27,6 +27,11 @@ public:
     std::size_t packed_elements(std::size_t) const noexcept { return 0; }
     std::size_t train_packed_elements(std::size_t, std::size_t) const noexcept { return 0; }
     std::size_t eval_t_rows(std::size_t N, std::size_t) const noexcept { return N; }
+    void watch(bool) noexcept {}
+    template <class Kind, class Items, class Heads, class Dest, class Done>
+    void predict(const Items&, const Heads&, Dest&&, Done&&) const {}
+    template <class Kind>
+    std::uint64_t predict_scratch_bytes(std::size_t, std::size_t) const noexcept { return 0; }
     template <class Items>
     void project(const Items&, const std::size_t*, std::size_t, T*, T*, T*) const {}
     void dropout(double, std::uint64_t, T*, T*, const std::size_t*, std::size_t) const {}

@@ -102,6 +102,13 @@ void check_grad_slot(const char* who, std::size_t k, const seq_view<T>& s, std::
     }
 }
 
+/// Elements of a packed `[rows, cols...]` buffer of T, checked (in bytes too).
+template <class T, class... Ts>
+std::size_t packed_count(const char* what, std::uint64_t rows, Ts... cols)
+{
+    return to_index_size(checked_product(what, rows, cols..., sizeof(T)), what) / sizeof(T);
+}
+
 /// The longest of `count` splits laid out by `off` (count + 1 row offsets).
 inline std::size_t max_split_rows(const std::size_t* off, std::size_t count)
 {
@@ -117,6 +124,34 @@ std::size_t max_item_rows(const Items& X)
     std::size_t m = 0;
     for (std::size_t k = 0; k < X.size(); ++k) m = X[k].rows > m ? X[k].rows : m;
     return m;
+}
+
+/// Row offsets off [count + 1] of the splits X in a packed batch (checked);
+/// returns the total.
+template <class Items>
+std::size_t split_offsets(const Items& X, std::size_t* off)
+{
+    std::uint64_t total = 0;
+    for (std::size_t k = 0; k < X.size(); ++k) {
+        off[k] = static_cast<std::size_t>(total);
+        total = checked_add(total, X[k].rows, "packed rows");
+    }
+    off[X.size()] = static_cast<std::size_t>(total);
+    return to_index_size(total, "packed rows");
+}
+
+/// rows [N]: the packed row of each token's head (heads H, checked before),
+/// splits at offsets off; returns N.
+template <class Items, class Heads>
+std::size_t split_head_rows(const Items& X, const Heads& H, const std::size_t* off, std::size_t* rows)
+{
+    const std::size_t count = X.size();
+    for (std::size_t k = 0; k < count; ++k) {
+        const auto& hk = H[k];
+        const std::size_t n = off[k + 1] - off[k];
+        for (std::size_t m = 0; m < n; ++m) rows[off[k] + m] = off[k] + static_cast<std::size_t>(hk[m]);
+    }
+    return off[count];
 }
 
 }  // namespace detail

@@ -18,7 +18,8 @@
 // tiles where the target has them, VDPBF16PS where it has AVX512_BF16, else
 // emulated on the fp32 kernels (bf16_math.hpp). A float scorer's backend
 // holds both precisions' host_batch and runs the one its dims ask for
-// (precision_switch). bf16 inference (bf16_forward.hpp) runs the same Math.
+// (precision_switch): inference (predict: bf16_forward.hpp) and training
+// through the same calls, on the same Math and the same packed weights.
 #pragma once
 
 #include "biaffine/abi.hpp"  // BIAFFINE_GEMM_KERNEL: the rule, beside the ABI name it sets
@@ -85,9 +86,11 @@ using bf16_best_math = bf16_vnni_math;
 using bf16_best_math = bf16_emulated_math<bf16_split_ops>;
 #endif
 
-/// A float scorer's bf16 inference and training products in this build.
+/// A float scorer's bf16 inference, training products and packed weights
+/// in this build.
 using scorer_bf16_forward = bf16_forward<bf16_best_math>;
 using scorer_bf16_train = bf16_train<bf16_best_math>;
+using scorer_bf16_weights = bf16_weights<bf16_best_math>;
 
 /// The batch-level backend of a float scorer: Fp32's operations, or Bf16's
 /// where its dims ask for compute_precision::bf16 (built only then). Both
@@ -107,15 +110,29 @@ public:
     }
     const scorer_dims& dims() const noexcept { return fp32_.dims(); }
 
-    std::uint64_t prepared_version() const noexcept { return run([](auto& b) { return b.prepared_version(); }); }
+    std::uint64_t prepared_version() const { return run([](auto& b) { return b.prepared_version(); }); }
     void prepare(std::uint64_t version, const weights_ref<float>& w)
     {
         run([&](auto& b) { b.prepare(version, w); });
     }
     /// The weights prepare() took.
-    const weights_ref<float>& weights() const noexcept
+    weights_ref<float> weights() const
     {
-        return bf16_ ? bf16_->weights() : fp32_.weights();
+        return run([](auto& b) { return b.weights(); });
+    }
+    void watch(bool on) noexcept
+    {
+        run([&](auto& b) { b.watch(on); });
+    }
+    template <class Kind, class Items, class Heads, class Dest, class Done>
+    void predict(const Items& X, const Heads& H, Dest&& dest, Done&& done) const
+    {
+        run([&](auto& b) { b.template predict<Kind>(X, H, dest, done); });
+    }
+    template <class Kind>
+    std::uint64_t predict_scratch_bytes(std::size_t count, std::size_t max_len) const
+    {
+        return run([&](auto& b) { return b.template predict_scratch_bytes<Kind>(count, max_len); });
     }
     std::uint64_t device_bytes(std::size_t count, std::size_t max_len, mode m) const noexcept
     {

@@ -21,6 +21,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "biaffine/bfloat16.hpp"
@@ -112,6 +114,59 @@ struct bf16_emulated_math : bf16_float_dots<FloatOps> {
                 C(i, j) = round_to_bfloat16(z);
             }
     }
+
+    // Training's products (bf16_train): fp32 results of rounded operands.
+    /// C [N, M] (row stride ldc) = epilogue(A [N, depth(K)] . B [depth(K), M]).
+    static void product(const float* a, std::size_t lda, std::size_t N, std::size_t K, const float* b,
+                        std::size_t M, const bf16_gemm_epilogue& ep, float* c, std::size_t ldc)
+    {
+        using Stride = Eigen::OuterStride<>;
+        const auto I = [](std::size_t v) { return static_cast<Eigen::Index>(v); };
+        Eigen::Map<const row_matrix<float>, Eigen::Unaligned, Stride> A(a, I(N), I(depth(K)), Stride(I(lda)));
+        Eigen::Map<const row_matrix<float>> B(b, I(depth(K)), I(M));
+        Eigen::Map<row_matrix<float>, Eigen::Unaligned, Stride> C(c, I(N), I(M), Stride(I(ldc)));
+        if (ep.accumulate) {
+            C.noalias() += A * B;
+        } else {
+            C.noalias() = A * B;
+        }
+        if (ep.bias == nullptr && !ep.relu && !ep.round) return;
+        for (std::size_t i = 0; i < N; ++i) {
+            float* r = c + i * ldc;
+            for (std::size_t j = 0; j < M; ++j) {
+                float y = r[j] + (ep.bias != nullptr ? ep.bias[j] : 0.0f);
+                if (ep.relu && y < 0.0f) y = 0.0f;  // NaN kept
+                r[j] = ep.round ? round_to_bfloat16(y) : y;
+            }
+        }
+    }
+    /// B [K, M] from K rows of floats (row(k): M of them), rounded,
+    /// [depth(K), M] with zero rows past K.
+    template <class Row>
+    static void pack_pairs(Row&& row, std::size_t K, std::size_t M, float* out)
+    {
+        const std::size_t depth = bf16_emulated_math::depth(K);
+        for (std::size_t k = 0; k < depth; ++k) {
+            float* o = out + k * M;
+            if (k >= K) {
+                std::fill(o, o + M, 0.0f);
+                continue;
+            }
+            const float* s = row(k);
+            for (std::size_t m = 0; m < M; ++m) o[m] = round_to_bfloat16(s[m]);
+        }
+    }
+    /// a [M, depth(K)] (row stride lda) = src^T rounded, zeros past K.
+    static void pack_transposed(const float* src, std::size_t ld, std::size_t K, std::size_t M, float* a,
+                                std::size_t lda)
+    {
+        const std::size_t depth = bf16_emulated_math::depth(K);
+        for (std::size_t m = 0; m < M; ++m) {
+            float* r = a + m * lda;
+            for (std::size_t k = 0; k < K; ++k) r[k] = round_to_bfloat16(src[k * ld + m]);
+            std::fill(r + K, r + depth, 0.0f);
+        }
+    }
 };
 
 #if BIAFFINE_DETAIL_BF16_GEMM
@@ -145,6 +200,82 @@ struct bf16_rows_math {
     static std::size_t packed_size(std::size_t K, std::size_t M) noexcept
     {
         return bf16_gemm_packed_size(K, M, depth(K));
+    }
+
+    // Training's products (bf16_train): fp32 results on VDPBF16PS.
+    /// C [N, M] (row stride ldc) = epilogue(A [N, depth(K)] . B), B packed
+    /// by pack_b or pack_pairs.
+    static void product(const bfloat16* a, std::size_t lda, std::size_t N, std::size_t K, const bfloat16* b,
+                        std::size_t M, const bf16_gemm_epilogue& ep, float* c, std::size_t ldc)
+    {
+        bf16_gemm(a, static_cast<std::ptrdiff_t>(lda), N, depth(K), b, M, ep, c, static_cast<std::ptrdiff_t>(ldc));
+    }
+    /// B [K, M] from K rows of floats (row(k): M of them, dense) in pair
+    /// panels (two rows to a 32-bit lane), zeros past K and past M.
+    template <class Row>
+    static void pack_pairs(Row&& row, std::size_t K, std::size_t M, bfloat16* out)
+    {
+        const std::size_t depth = bf16_rows_math::depth(K);
+        const std::size_t pairs = depth / 2;
+        const __m512i lo_idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+        const __m512i hi_idx = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+        for (std::size_t p = 0; p < pairs; ++p) {
+            const float* r0 = 2 * p < K ? row(2 * p) : nullptr;
+            const float* r1 = 2 * p + 1 < K ? row(2 * p + 1) : nullptr;
+            for (std::size_t j0 = 0; j0 < M; j0 += bf16_gemm_panel) {
+                bfloat16* dst = out + j0 * pairs * 2 + p * 2 * bf16_gemm_panel;
+                for (std::size_t half = 0; half < 2; ++half) {
+                    const std::size_t c0 = j0 + 16 * half;
+                    const __mmask16 m = lanes(c0 < M ? M - c0 : 0);
+                    const __m512 x0 = r0 != nullptr ? _mm512_maskz_loadu_ps(m, r0 + c0) : _mm512_setzero_ps();
+                    const __m512 x1 = r1 != nullptr ? _mm512_maskz_loadu_ps(m, r1 + c0) : _mm512_setzero_ps();
+                    const __m512 lo = _mm512_permutex2var_ps(x0, lo_idx, x1);
+                    const __m512 hi = _mm512_permutex2var_ps(x0, hi_idx, x1);
+                    _mm512_storeu_si512(dst + 32 * half, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+                }
+            }
+        }
+    }
+    /// a [M, depth(K)] (row stride lda, even) = src^T rounded: row m holds
+    /// src[k * ld + m] for the K rows of src, then zeros up to the depth.
+    static void pack_transposed(const float* src, std::size_t ld, std::size_t K, std::size_t M, bfloat16* a,
+                                std::size_t lda)
+    {
+        const std::size_t depth = bf16_rows_math::depth(K);
+        // 16 pairs of tokens x 16 columns at a time: each pair of rows
+        // interleaved and rounded into 16 lanes (one column's pair
+        // each), then the 16 x 16 block of 32-bit pairs transposed
+        // through the stack.
+        const std::size_t pairs = depth / 2;
+        const __m512i lo_idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+        const __m512i hi_idx = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+        alignas(64) std::uint32_t blk[16][16];
+        for (std::size_t p0 = 0; p0 < pairs; p0 += 16) {
+            const std::size_t np = std::min<std::size_t>(16, pairs - p0);
+            for (std::size_t m0 = 0; m0 < M; m0 += 16) {
+                const std::size_t nm = std::min<std::size_t>(16, M - m0);
+                const __mmask16 mask = lanes(nm);
+                for (std::size_t q = 0; q < np; ++q) {
+                    const std::size_t k = 2 * (p0 + q);
+                    const __m512 x0 = k < K ? _mm512_maskz_loadu_ps(mask, src + k * ld + m0) : _mm512_setzero_ps();
+                    const __m512 x1 =
+                        k + 1 < K ? _mm512_maskz_loadu_ps(mask, src + (k + 1) * ld + m0) : _mm512_setzero_ps();
+                    const __m512 lo = _mm512_permutex2var_ps(x0, lo_idx, x1);
+                    const __m512 hi = _mm512_permutex2var_ps(x0, hi_idx, x1);
+                    _mm512_store_si512(blk[q], (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+                }
+                for (std::size_t f = 0; f < nm; ++f) {
+                    bfloat16* r = a + (m0 + f) * lda + 2 * p0;
+                    for (std::size_t q = 0; q < np; ++q) std::memcpy(r + 2 * q, &blk[q][f], sizeof(std::uint32_t));
+                }
+            }
+        }
+    }
+
+private:
+    static __mmask16 lanes(std::size_t n) noexcept
+    {
+        return n >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << n) - 1u);
     }
 };
 
@@ -211,6 +342,17 @@ struct bf16_amx_math : bf16_rows_math<32>, bf16_float_dots<FloatOps> {
             for (std::size_t i = 0; i < N; ++i)
                 for (std::size_t j = 0; j < M; ++j) c[i * ldc + j] = round_to_bfloat16(c[i * ldc + j]);
         }
+    }
+
+    /// Training's products on AMX tiles (VDPBF16PS where Linux withholds them).
+    static void product(const bfloat16* a, std::size_t lda, std::size_t N, std::size_t K, const bfloat16* b,
+                        std::size_t M, const bf16_gemm_epilogue& ep, float* c, std::size_t ldc)
+    {
+        if (amx_usable()) {
+            amx_gemm(a, static_cast<std::ptrdiff_t>(lda), N, K, b, M, ep, false, c, static_cast<std::ptrdiff_t>(ldc));
+            return;
+        }
+        bf16_rows_math<32>::product(a, lda, N, K, b, M, ep, c, ldc);
     }
 };
 #endif

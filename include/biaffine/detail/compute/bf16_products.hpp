@@ -3,17 +3,27 @@
 // projections, U W' and their backward - on bf16 operands with fp32 sums
 // (bf16_train<Math>), the per-split products, softmax and dropout on Ops in
 // fp32 as ever. Full scores take T for every row first (eval_t_rows), then
-// score the splits on Ops. backend.hpp chooses Math and Ops.
+// score the splits on Ops. Inference (predict) runs bf16_forward<Math>: the
+// splits a group at a time through the projections, U W' and the per-split
+// products on Math. Both read the weights packed once per parameter version
+// (bf16_weights, the backend's weights_cache); backend.hpp chooses Math and
+// Ops.
 #pragma once
 
 #include "biaffine/abi.hpp"
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
+#include "biaffine/detail/compute/bf16_forward.hpp"
 #include "biaffine/detail/compute/bf16_train.hpp"
+#include "biaffine/detail/compute/bf16_weights.hpp"
 #include "biaffine/detail/compute/operands.hpp"
+#include "biaffine/detail/checked.hpp"
+#include "biaffine/detail/split_checks.hpp"
 #include "biaffine/tensor.hpp"
+#include "biaffine/workspace.hpp"
 
 BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
@@ -23,7 +33,8 @@ namespace detail {
 template <class Math, class Ops>
 struct bf16_products {
     using train = bf16_train<Math>;
-    using packed_weights = typename train::weights;
+    using forward = bf16_forward<Math>;
+    using packed_weights = bf16_weights<Math>;
 
     static std::size_t packed_elements(const scorer_dims& d, std::size_t max_len) noexcept
     {
@@ -41,7 +52,8 @@ struct bf16_products {
     static void project(const scorer_dims& d, const weights_ref<float>& w, const packed_weights& p, const Items& X,
                         const std::size_t*, std::size_t N, float* u, float* v, float* packed)
     {
-        train::project(d, p, w, X, N, u, v, packed);
+        (void)w;
+        train::project(d, p, X, N, u, v, packed);
     }
     static void left(const scorer_dims& d, const weights_ref<float>&, const packed_weights& p, const float* u,
                      std::size_t N, float* t, float* packed)
@@ -64,6 +76,51 @@ struct bf16_products {
     {
         train::left_backward(d, p, u, N, dt, du, g.w, packed);
         train::input_backward(d, p, g, X, N, a, du, dv, packed, dX);
+    }
+
+    /// Inference of one output kind: the splits a group at a time
+    /// (bf16_forward::run), each split's output into dest(k, n), then
+    /// done(k, y).
+    template <class Kind, class Be, class Items, class Heads, class Dest, class Done>
+    static void predict(const Be&, const scorer_dims& d, const weights_ref<float>&, const packed_weights& p,
+                        const Items& X, const Heads& H, Dest&& dest, Done&& done)
+    {
+        using D = typename forward::D;
+        std::size_t max_n = 0;
+        std::uint64_t N = 0;
+        for (std::size_t k = 0; k < X.size(); ++k) {
+            max_n = std::max(max_n, X[k].rows);
+            N += X[k].rows;
+        }
+        const std::size_t G = forward::capacity(d, N, max_n);
+        scratch<unsigned char> s(to_index_size(forward::scratch_bytes(d, G, max_n), "bf16 scratch"));
+        scratch<std::size_t> heads(Kind::heads ? max_n : 0);
+        forward::run(
+            p, [&](std::size_t k) { return read_only(X[k]); }, X.size(), s.data(), G,
+            [&](std::size_t k, const D* vb, const D* tb, float* packed) {
+                const std::size_t n = X[k].rows;
+                auto y = dest(k, n);
+                if constexpr (Kind::heads) {
+                    for (std::size_t m = 0; m < n; ++m) heads[m] = static_cast<std::size_t>(H[k][m]);
+                    forward::head_scores(d, vb, tb, heads.data(), y);
+                } else {
+                    (void)H;
+                    forward::split_scores(d, vb, tb, packed, y);
+                }
+                done(k, y);
+            });
+    }
+    /// Scratch bytes predict carves: the group scratch and (labels at
+    /// heads) one split's head list. The packed weights are the scorer's
+    /// own, like its parameters, not a batch's.
+    template <class Kind, class Be>
+    static std::uint64_t predict_scratch_bytes(const Be&, const scorer_dims& d, std::size_t count,
+                                               std::size_t max_len)
+    {
+        const char* what = "batch cost";
+        const std::size_t G = forward::capacity(d, checked_mul(count, max_len, what), max_len);
+        return checked_add(scratch_bytes<unsigned char>(forward::scratch_bytes(d, G, max_len)),
+                           scratch_bytes<std::size_t>(Kind::heads ? max_len : 0), what);
     }
 
 private:

@@ -41,6 +41,7 @@
 #include "biaffine/bfloat16.hpp"
 #include "biaffine/detail/checked.hpp"
 #include "biaffine/detail/compute/bf16_math.hpp"
+#include "biaffine/detail/compute/bf16_weights.hpp"
 #include "biaffine/detail/compute/operands.hpp"
 #include "biaffine/detail/eigen.hpp"
 #include "biaffine/detail/split_checks.hpp"
@@ -54,7 +55,6 @@ namespace detail {
 template <class Math>
 struct bf16_train {
     using E = typename Math::in_elem;
-    static constexpr bool native = !std::is_same<E, float>::value;
     /// Rows read past the last of an A operand (AMX reads whole tiles).
     static constexpr std::size_t slack = 32;
     /// Rows of a forward chunk (X, then U, in bf16 rows).
@@ -67,84 +67,8 @@ struct bf16_train {
     /// What run() reports as the products' arithmetic.
     static const char* math_name() noexcept { return Math::active(); }
 
-    /// The weights as the products read them, packed once per parameter
-    /// version (pack); allocated with the scorer (reserve), so a training
-    /// step allocates none of them.
-    struct weights {
-        weights() = default;
-        // A copy reserves the same bytes (its owner's step allocates none)
-        // and packs on its owner's first prepare.
-        weights(const weights& o) { copy_dims(o.d); }
-        weights& operator=(const weights& o)
-        {
-            if (this != &o) copy_dims(o.d);
-            return *this;
-        }
-
-        scorer_dims d{};
-        tracked_vector<E> wh, wd;  ///< B of X Wh^T, X Wd^T: [n_in, h]
-        tracked_vector<E> w;       ///< B of U W': [h, o hv]
-        tracked_vector<E> w_t;     ///< B of dT W'^T: [o hv, h]
-        tracked_vector<E> w_in;    ///< B of dZ [Wh; Wd]: [2h, n_in]
-        tracked_vector<float> t_bias;  ///< [o hv]: W's last row per label (bias_u), rounded
-
-        void reserve(const scorer_dims& dims)
-        {
-            d = dims;
-            (void)reserved_bytes(d);  // every size checked before anything is allocated
-            const std::size_t h = d.hidden, n_in = d.n_in, ldt = d.labels * d.hv();
-            wh.reserve(Math::packed_size(n_in, h));
-            wd.reserve(Math::packed_size(n_in, h));
-            w.reserve(Math::packed_size(h, ldt));
-            w_t.reserve(Math::packed_size(ldt, h));
-            w_in.reserve(Math::packed_size(2 * h, n_in));
-            t_bias.reserve(d.bias_u ? ldt : 0);
-        }
-        // A copy's dims, and its reservation where its source has one.
-        void copy_dims(const scorer_dims& from)
-        {
-            if (from.bf16) {
-                reserve(from);
-            } else {
-                d = from;
-            }
-        }
-        void pack(const weights_ref<float>& p)
-        {
-            const std::size_t h = d.hidden, n_in = d.n_in, hu = d.hu(), hv = d.hv(), ldt = d.labels * hv;
-            Math::pack_b([&](std::size_t k, std::size_t m) { return p.wh[m * n_in + k]; }, n_in, h, wh);
-            Math::pack_b([&](std::size_t k, std::size_t m) { return p.wd[m * n_in + k]; }, n_in, h, wd);
-            const auto w_at = [&](std::size_t r, std::size_t m) { return p.w[((m / hv) * hu + r) * hv + m % hv]; };
-            Math::pack_b(w_at, h, ldt, w);
-            Math::pack_b([&](std::size_t k, std::size_t i) { return w_at(i, k); }, ldt, h, w_t);
-            Math::pack_b(
-                [&](std::size_t j, std::size_t m) { return j < h ? p.wh[j * n_in + m] : p.wd[(j - h) * n_in + m]; },
-                2 * h, n_in, w_in);
-            t_bias.clear();
-            if (d.bias_u) {
-                for (std::size_t m = 0; m < ldt; ++m) t_bias.push_back(round_to_bfloat16(w_at(h, m)));
-            }
-        }
-        /// Bytes reserve(d) allocates (a bf16 scorer holds them beside its
-        /// inference copy, bf16_forward's weights_bytes).
-        static std::size_t reserved_bytes(const scorer_dims& d)
-        {
-            const char* what = "bf16 training weights";
-            const std::uint64_t h = d.hidden, n_in = d.n_in, ldt = checked_mul(d.labels, d.hv(), what);
-            // Each pack holds at most (K + 32) x (M + 32) elements (depth and
-            // panels rounded up): bounded here before packed_size multiplies.
-            const auto most = [&](std::uint64_t K, std::uint64_t M) {
-                return checked_mul(checked_add(K, 32, what), checked_add(M, 32, what), what);
-            };
-            const std::uint64_t bound = checked_add(
-                checked_add(checked_mul(2, most(n_in, h), what), most(h, ldt), what),
-                checked_add(most(ldt, h), most(checked_mul(2, h, what), n_in), what), what);
-            to_index_size(checked_mul(bound, sizeof(E), what), what);
-            const std::size_t e = 2 * Math::packed_size(d.n_in, d.hidden) + Math::packed_size(d.hidden, ldt) +
-                                  Math::packed_size(ldt, d.hidden) + Math::packed_size(2 * d.hidden, d.n_in);
-            return e * sizeof(E) + (d.bias_u ? static_cast<std::size_t>(ldt) : 0) * sizeof(float);
-        }
-    };
+    /// The weights as the products read them (the one packer, bf16_weights.hpp).
+    using weights = bf16_weights<Math>;
 
     // ------------------------------------------------------------ scratch
 
@@ -183,15 +107,15 @@ struct bf16_train {
     /// u [N, hu] = round(relu(X Wh^T + bh)) | 1, v [N, hv] likewise, from
     /// the splits X (any strides).
     template <class Items>
-    static void project(const scorer_dims& d, const weights& w, const weights_ref<float>& p, const Items& X,
-                        std::size_t N, float* u, float* v, void* scratch)
+    static void project(const scorer_dims& d, const weights& w, const Items& X, std::size_t N, float* u, float* v,
+                        void* scratch)
     {
         if (N == 0) return;
         const std::size_t h = d.hidden, dx = Math::depth(d.n_in), hu = d.hu(), hv = d.hv();
         carve c(scratch);
         E* xb = c.template take<E>((fwd_rows + slack) * dx);
         auto rows_of = walk_rows([&](std::size_t k) { return read_only(X[k]); });
-        const bf16_gemm_epilogue eu{p.bh, true, false, true}, ev{p.bd, true, false, true};
+        const bf16_gemm_epilogue eu{w.bh.data(), true, false, true}, ev{w.bd.data(), true, false, true};
         for (std::size_t r0 = 0; r0 < N; r0 += fwd_rows) {
             const std::size_t rn = std::min(fwd_rows, N - r0);
             for (std::size_t q = 0; q < rn;) {
@@ -215,11 +139,11 @@ struct bf16_train {
         const std::size_t h = d.hidden, du = Math::depth(h), hu = d.hu(), ldt = d.labels * d.hv();
         carve c(scratch);
         E* ub = c.template take<E>((fwd_rows + slack) * du);
-        const bf16_gemm_epilogue ep{d.bias_u ? w.t_bias.data() : nullptr, false, false, true};
+        const bf16_gemm_epilogue ep{d.bias_u ? w.t_bias_rows() : nullptr, false, false, true};
         for (std::size_t r0 = 0; r0 < N; r0 += fwd_rows) {
             const std::size_t rn = std::min(fwd_rows, N - r0);
             Math::round_rows(rows_of(u + r0 * hu, rn, h, hu), ub, du);
-            product(ub, du, rn, h, w.w.data(), ldt, ep, t + r0 * ldt, ldt);
+            product(ub, du, rn, h, w.w_rows(), ldt, ep, t + r0 * ldt, ldt);
         }
     }
 
@@ -248,10 +172,10 @@ struct bf16_train {
         add.accumulate = true;
         for (std::size_t k0 = 0; k0 < N; k0 += G) {
             const std::size_t kc = std::min(G, N - k0);
-            pack_transposed(u + k0 * hu, hu, kc, h, ut, G);
+            Math::pack_transposed(u + k0 * hu, hu, kc, h, ut, G);
             for (std::size_t l = 0; l < o; ++l) {
                 const float* dtl = dt + k0 * ldt + l * hv;
-                pack_pairs([&](std::size_t k) { return dtl + k * ldt; }, kc, hv, bt);
+                Math::pack_pairs([&](std::size_t k) { return dtl + k * ldt; }, kc, hv, bt);
                 float* dwl = dw + l * hu * hv;
                 product(ut, G, h, kc, bt, hv, add, dwl, hv);
                 if (!d.bias_u) continue;
@@ -301,15 +225,15 @@ struct bf16_train {
                     }
                 }
             }
-            pack_pairs([&](std::size_t k) { return xr[k]; }, kc, n_in, xb);
+            Math::pack_pairs([&](std::size_t k) { return xr[k]; }, kc, n_in, xb);
             for (std::size_t r = 0; r < kc; ++r) {
                 const std::size_t i = k0 + r;
                 relu_row(a.u + i * hu, dzu + i * hu, h, a.scale, z + r * 2 * h, g.bh);
                 relu_row(a.v + i * hv, dzv + i * hv, h, a.scale, z + r * 2 * h + h, g.bd);
             }
-            pack_transposed(z, 2 * h, kc, h, zt, G);
+            Math::pack_transposed(z, 2 * h, kc, h, zt, G);
             product(zt, G, h, kc, xb, n_in, add, g.wh, n_in);
-            pack_transposed(z + h, 2 * h, kc, h, zt, G);
+            Math::pack_transposed(z + h, 2 * h, kc, h, zt, G);
             product(zt, G, h, kc, xb, n_in, add, g.wd, n_in);
             Math::round_rows(rows_of(z, kc, 2 * h, 2 * h), za, dz);
             product(za, dz, kc, 2 * h, w.w_in.data(), n_in, bf16_gemm_epilogue{}, dx, n_in);
@@ -325,151 +249,16 @@ struct bf16_train {
 
     /// C [N, M] (row stride ldc) = epilogue(A [N, K] . B): A rows of
     /// Math::depth(K) elements (zeros past K), readable `slack` rows past
-    /// N; B packed by Math::pack_b or pack_pairs.
+    /// N; B packed by Math::pack_b or Math::pack_pairs.
     static void product(const E* a, std::size_t lda, std::size_t N, std::size_t K, const E* b, std::size_t M,
                         const bf16_gemm_epilogue& ep, float* c, std::size_t ldc)
     {
         if (N == 0 || M == 0) return;
-        if constexpr (!native) {
-            using Stride = Eigen::OuterStride<>;
-            const auto I = [](std::size_t v) { return static_cast<Eigen::Index>(v); };
-            Eigen::Map<const row_matrix<float>, Eigen::Unaligned, Stride> A(a, I(N), I(Math::depth(K)), Stride(I(lda)));
-            Eigen::Map<const row_matrix<float>> B(b, I(Math::depth(K)), I(M));
-            Eigen::Map<row_matrix<float>, Eigen::Unaligned, Stride> C(c, I(N), I(M), Stride(I(ldc)));
-            if (ep.accumulate) {
-                C.noalias() += A * B;
-            } else {
-                C.noalias() = A * B;
-            }
-            if (ep.bias == nullptr && !ep.relu && !ep.round) return;
-            for (std::size_t i = 0; i < N; ++i) {
-                float* r = c + i * ldc;
-                for (std::size_t j = 0; j < M; ++j) {
-                    float y = r[j] + (ep.bias != nullptr ? ep.bias[j] : 0.0f);
-                    if (ep.relu && y < 0.0f) y = 0.0f;  // NaN kept
-                    r[j] = ep.round ? round_to_bfloat16(y) : y;
-                }
-            }
-        } else {
-#if BIAFFINE_DETAIL_BF16_GEMM
-            const auto L = static_cast<std::ptrdiff_t>(lda), C = static_cast<std::ptrdiff_t>(ldc);
-#if BIAFFINE_DETAIL_AMX_BF16
-            // Only AMX Math pads depth and panels to AMX's steps of 32.
-            if constexpr (Math::amx_tiles) {
-                if (amx_usable()) {
-                    amx_gemm(a, L, N, K, b, M, ep, false, c, C);
-                    return;
-                }
-            }
-#endif
-            bf16_gemm(a, L, N, Math::depth(K), b, M, ep, c, C);
-#else
-            (void)a, (void)lda, (void)N, (void)K, (void)b, (void)M, (void)ep, (void)c, (void)ldc;
-#endif
-        }
-    }
-
-    /// B [K, M] from K rows of floats (row(k): M of them, dense) into
-    /// Math's packed layout with K as the depth: pair panels (two rows to
-    /// a 32-bit lane) for the native kernels, rounded floats [depth(K), M]
-    /// for the emulated ones. Zeros past K and past M.
-    template <class Row>
-    static void pack_pairs(Row&& row, std::size_t K, std::size_t M, E* out)
-    {
-        const std::size_t depth = Math::depth(K);
-        if constexpr (!native) {
-            for (std::size_t k = 0; k < depth; ++k) {
-                float* o = out + k * M;
-                if (k >= K) {
-                    std::fill(o, o + M, 0.0f);
-                    continue;
-                }
-                const float* s = row(k);
-                for (std::size_t m = 0; m < M; ++m) o[m] = round_to_bfloat16(s[m]);
-            }
-        } else {
-#if BIAFFINE_DETAIL_BF16_GEMM
-            const std::size_t pairs = depth / 2;
-            const __m512i lo_idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-            const __m512i hi_idx = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-            for (std::size_t p = 0; p < pairs; ++p) {
-                const float* r0 = 2 * p < K ? row(2 * p) : nullptr;
-                const float* r1 = 2 * p + 1 < K ? row(2 * p + 1) : nullptr;
-                for (std::size_t j0 = 0; j0 < M; j0 += bf16_gemm_panel) {
-                    bfloat16* dst = out + j0 * pairs * 2 + p * 2 * bf16_gemm_panel;
-                    for (std::size_t half = 0; half < 2; ++half) {
-                        const std::size_t c0 = j0 + 16 * half;
-                        const __mmask16 m = lanes(c0 < M ? M - c0 : 0);
-                        const __m512 x0 = r0 != nullptr ? _mm512_maskz_loadu_ps(m, r0 + c0) : _mm512_setzero_ps();
-                        const __m512 x1 = r1 != nullptr ? _mm512_maskz_loadu_ps(m, r1 + c0) : _mm512_setzero_ps();
-                        const __m512 lo = _mm512_permutex2var_ps(x0, lo_idx, x1);
-                        const __m512 hi = _mm512_permutex2var_ps(x0, hi_idx, x1);
-                        _mm512_storeu_si512(dst + 32 * half, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-                    }
-                }
-            }
-#else
-            (void)row, (void)K, (void)M, (void)out, (void)depth;
-#endif
-        }
-    }
-
-    /// a [M, depth(K)] (row stride lda, even) = src^T rounded: row m holds
-    /// src[k * ld + m] for the K rows of src, then zeros up to the depth.
-    static void pack_transposed(const float* src, std::size_t ld, std::size_t K, std::size_t M, E* a,
-                                std::size_t lda)
-    {
-        const std::size_t depth = Math::depth(K);
-        if constexpr (!native) {
-            for (std::size_t m = 0; m < M; ++m) {
-                float* r = a + m * lda;
-                for (std::size_t k = 0; k < K; ++k) r[k] = round_to_bfloat16(src[k * ld + m]);
-                std::fill(r + K, r + depth, 0.0f);
-            }
-        } else {
-#if BIAFFINE_DETAIL_BF16_GEMM
-            // 16 pairs of tokens x 16 columns at a time: each pair of rows
-            // interleaved and rounded into 16 lanes (one column's pair
-            // each), then the 16 x 16 block of 32-bit pairs transposed
-            // through the stack.
-            const std::size_t pairs = depth / 2;
-            const __m512i lo_idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-            const __m512i hi_idx = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-            alignas(64) std::uint32_t blk[16][16];
-            for (std::size_t p0 = 0; p0 < pairs; p0 += 16) {
-                const std::size_t np = std::min<std::size_t>(16, pairs - p0);
-                for (std::size_t m0 = 0; m0 < M; m0 += 16) {
-                    const std::size_t nm = std::min<std::size_t>(16, M - m0);
-                    const __mmask16 mask = lanes(nm);
-                    for (std::size_t q = 0; q < np; ++q) {
-                        const std::size_t k = 2 * (p0 + q);
-                        const __m512 x0 = k < K ? _mm512_maskz_loadu_ps(mask, src + k * ld + m0) : _mm512_setzero_ps();
-                        const __m512 x1 =
-                            k + 1 < K ? _mm512_maskz_loadu_ps(mask, src + (k + 1) * ld + m0) : _mm512_setzero_ps();
-                        const __m512 lo = _mm512_permutex2var_ps(x0, lo_idx, x1);
-                        const __m512 hi = _mm512_permutex2var_ps(x0, hi_idx, x1);
-                        _mm512_store_si512(blk[q], (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-                    }
-                    for (std::size_t f = 0; f < nm; ++f) {
-                        bfloat16* r = a + (m0 + f) * lda + 2 * p0;
-                        for (std::size_t q = 0; q < np; ++q) std::memcpy(r + 2 * q, &blk[q][f], sizeof(std::uint32_t));
-                    }
-                }
-            }
-#else
-            (void)src, (void)ld, (void)K, (void)M, (void)a, (void)lda, (void)depth;
-#endif
-        }
+        Math::product(a, lda, N, K, b, M, ep, c, ldc);
     }
 
 private:
     static std::size_t region(std::size_t bytes) noexcept { return (bytes + 63) / 64 * 64; }
-#if BIAFFINE_DETAIL_BF16_GEMM
-    static __mmask16 lanes(std::size_t n) noexcept
-    {
-        return n >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << n) - 1u);
-    }
-#endif
     static seq_view<const float> rows_of(const float* p, std::size_t rows, std::size_t cols, std::size_t ld) noexcept
     {
         return {p, rows, cols, static_cast<std::ptrdiff_t>(ld), 1};

@@ -17,20 +17,19 @@
 // packed per parameter version. The per-split products, softmax and dropout
 // run on Ops in T whatever the policy. backend.hpp chooses the policy.
 //
-// State: the weights the backend has prepared (weights_slot), tagged with
-// the scorer's parameter version, and what Products made of them (bf16:
-// the packed weights). The scorer calls prepare(version, w) whenever its
-// version differs from prepared_version(); the pointers are kept, a device
-// backend would copy or pack here.
+// State: the weights the backend has prepared and what Products made of
+// them (bf16: the packed weights), tagged with the scorer's parameter
+// version (weights_cache.hpp: one immutable entry per version, safe under
+// concurrent predict calls). The scorer calls prepare(version, w) whenever
+// its version differs from prepared_version(); a device backend would copy
+// or pack here.
 #pragma once
 
 #include "biaffine/abi.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <random>
 #include <utility>
 
@@ -39,6 +38,7 @@
 #include "biaffine/detail/compute/eigen_backend.hpp"
 #include "biaffine/detail/compute/interface.hpp"
 #include "biaffine/detail/compute/operands.hpp"
+#include "biaffine/detail/compute/weights_cache.hpp"
 #include "biaffine/detail/eigen.hpp"
 #include "biaffine/detail/output_kind.hpp"
 #include "biaffine/detail/random.hpp"
@@ -79,44 +79,6 @@ inline void prefetch_ahead(std::size_t k, std::size_t count, Fetch&& fetch)
     if (k + ahead < count) fetch(k + ahead);
 }
 
-/// The parameters a backend has prepared and the scorer's parameter version
-/// they belong to (0: none yet). A copy or a move belongs to another
-/// scorer's parameters, so it starts unprepared. prepare may run from
-/// concurrent const calls (predict) after a change: the first one fills the
-/// slot under the lock, the others find it filled.
-template <class T>
-struct weights_slot {
-    static constexpr std::uint64_t none = 0;
-    weights_ref<T> w{};
-    std::atomic<std::uint64_t> version{none};
-    std::mutex lock;
-
-    weights_slot() = default;
-    weights_slot(const weights_slot&) noexcept {}
-    weights_slot& operator=(const weights_slot&) noexcept
-    {
-        w = {};
-        version.store(none, std::memory_order_release);
-        return *this;
-    }
-    std::uint64_t prepared() const noexcept { return version.load(std::memory_order_acquire); }
-    /// Runs fill() and records `v`, unless another thread recorded it first.
-    template <class Fill>
-    void update(std::uint64_t v, Fill&& fill)
-    {
-        const std::lock_guard<std::mutex> g(lock);
-        if (version.load(std::memory_order_relaxed) == v) return;
-        fill();
-        version.store(v, std::memory_order_release);
-    }
-};
-
-template <class T>
-bool same_weights(const weights_ref<T>& a, const weights_ref<T>& b) noexcept
-{
-    return a.wh == b.wh && a.bh == b.bh && a.wd == b.wd && a.bd == b.bd && a.w == b.w;
-}
-
 /// The batch-wide products on Ops in T (host_batch's default Products; see
 /// bf16_products for the contract's other policy): what host_batch's
 /// operations call for projections, U W' (with the full scores' groups)
@@ -124,9 +86,11 @@ bool same_weights(const weights_ref<T>& a, const weights_ref<T>& b) noexcept
 /// packed of them (nothing here).
 template <class Ops, class T>
 struct fp32_products {
+    /// Nothing: Ops read the weights in place.
     struct packed_weights {
+        static constexpr bool copies = false;
         void reserve(const scorer_dims&) noexcept {}
-        void pack(const weights_ref<T>&) noexcept {}
+        void pack(const scorer_dims&, const weights_ref<T>&) noexcept {}
     };
     static std::size_t packed_elements(const scorer_dims& d, std::size_t max_len) noexcept
     {
@@ -171,10 +135,56 @@ struct fp32_products {
                          const relu_ref<T>& a, const grads_ref<T>& g, span<const seq_view<T>> dX, T* packed)
     {
         // The input backward gathers X into xp where Ops cannot read the splits in place.
-        scratch<T> xp(Ops::reads_items ? 0 : to_index_size(checked_product("packed input", N, d.n_in, sizeof(T)),
-                                                           "packed input") / sizeof(T));
+        scratch<T> xp(Ops::reads_items ? 0 : packed_count<T>("packed input", N, d.n_in));
         Ops::bilinear_left_backward(d, w.w, u, N, dt, du, g.w, packed);
         Ops::input_backward(d, w, g, X, off, N, a, du, dv, xp.data(), packed, dX);
+    }
+
+    /// Inference of one output kind on the backend `be`: U, V and T (full
+    /// scores: a group of splits at a time where Ops groups) in scratch,
+    /// then every split's output into dest(k, n) and done(k, y).
+    template <class Kind, class Be, class Items, class Heads, class Dest, class Done>
+    static void predict(const Be& be, const scorer_dims& d, const weights_ref<T>&, const packed_weights&,
+                        const Items& X, const Heads& H, Dest&& dest, Done&& done)
+    {
+        const std::size_t count = X.size(), o = d.labels;
+        scratch<std::size_t> off(count + 1);
+        const std::size_t N = split_offsets(X, off.data());
+        const std::size_t max_n = max_split_rows(off.data(), count);
+        scratch<std::size_t> rows(Kind::heads ? N : 0);
+        if constexpr (Kind::heads) split_head_rows(X, H, off.data(), rows.data());
+        scratch<T> u(packed_count<T>("packed U", N, d.hu()));
+        scratch<T> v(packed_count<T>("packed V", N, d.hv()));
+        scratch<T> t(packed_count<T>("packed T", Kind::heads ? N : be.eval_t_rows(N, max_n), o, d.hv()));
+        scratch<T> packed(be.packed_elements(Kind::heads ? 0 : max_n));
+        be.project(X, off.data(), N, u.data(), v.data(), packed.data());
+        be.template score_outputs<Kind>(u.data(), v.data(), off.data(), count, rows.data(), t.data(), false, false,
+                                        packed.data(), dest, [](std::size_t) { return static_cast<T*>(nullptr); },
+                                        done);
+    }
+    /// Scratch bytes predict carves for `count` splits of up to max_len
+    /// rows: offsets, head rows, X (when gathered), U, V, T (full scores:
+    /// eval_t_rows of it) and the packed block.
+    template <class Kind, class Be>
+    static std::uint64_t predict_scratch_bytes(const Be& be, const scorer_dims& d, std::size_t count,
+                                               std::size_t max_len)
+    {
+        const char* what = "batch cost";
+        const std::uint64_t rows = checked_mul(count, max_len, what);
+        const std::size_t o = d.labels;
+        const std::uint64_t input = Be::reads_items ? 0 : scratch_bytes<T>(checked_mul(rows, d.n_in, what));
+        const std::uint64_t u = scratch_bytes<T>(checked_mul(rows, d.hu(), what));
+        const std::uint64_t v = scratch_bytes<T>(checked_mul(rows, d.hv(), what));
+        const std::uint64_t t = scratch_bytes<T>(checked_product(what, rows, o, d.hv()));
+        const std::uint64_t offsets = scratch_bytes<std::size_t>(checked_add(count, 1, what));
+        const std::uint64_t head_rows = Kind::heads ? scratch_bytes<std::size_t>(rows) : 0;
+        const std::uint64_t eval_t =
+            Kind::heads ? t
+                        : scratch_bytes<T>(checked_product(what, be.eval_t_rows(to_index_size(rows, what), max_len),
+                                                           o, d.hv()));
+        const std::uint64_t packed = scratch_bytes<T>(be.packed_elements(Kind::heads ? 0 : max_len));
+        return checked_add(checked_add(checked_add(offsets, head_rows, what), checked_add(input, packed, what), what),
+                           checked_add(checked_add(u, v, what), eval_t, what), what);
     }
 };
 
@@ -199,28 +209,23 @@ public:
 
     /// Products' packed weights are allocated here, with the scorer: a
     /// training step allocates none of them.
-    explicit host_batch(const scorer_dims& d) : d_(d) { packed_.reserve(d); }
+    explicit host_batch(const scorer_dims& d) : d_(d), cache_(d) {}
 
     const scorer_dims& dims() const noexcept { return d_; }
 
     // ------------------------------------------------------------ state
 
-    /// The parameter version prepare() last saw (0: none).
-    std::uint64_t prepared_version() const noexcept { return slot_.prepared(); }
-    /// Takes the parameters of `version`: the host backends keep the
-    /// pointers (their products read the weights in place or pack them per
-    /// call).
-    void prepare(std::uint64_t version, const weights_ref<T>& w)
-    {
-        slot_.update(version, [&] {
-            // The same pointers again (parameters_changed() while predict
-            // calls read them): left as they are, not rewritten under them.
-            if (!same_weights(slot_.w, w)) slot_.w = w;
-            packed_.pack(w);
-        });
-    }
-    /// The weights prepare() took.
-    const weights_ref<T>& weights() const noexcept { return slot_.w; }
+    /// The parameter version prepare() last saw (0: none; 0 too while
+    /// watching, weights_cache).
+    std::uint64_t prepared_version() const { return cache_.prepared(); }
+    /// Takes the parameters of `version`: the pointers, and what Products
+    /// makes of them (bf16: packed), unless another call took them first.
+    void prepare(std::uint64_t version, const weights_ref<T>& w) { (void)cache_.acquire(version, d_, w); }
+    /// The weights prepare() took (none in a copy until it prepares).
+    weights_ref<T> weights() const { return cache_.current()->w; }
+    /// Compare the weights with the prepared ones at every call, where
+    /// Products copies them (the scorer's watch_parameter_writes).
+    void watch(bool on) noexcept { cache_.watch(on); }
     /// Bytes a batch of `count` splits of at most `max_len` rows holds on a
     /// device: none on the host.
     std::uint64_t device_bytes(std::size_t /*count*/, std::size_t /*max_len*/, mode /*m*/) const noexcept
@@ -250,7 +255,26 @@ public:
     template <class Items>
     void project(const Items& X, const std::size_t* off, std::size_t N, T* u, T* v, T* packed) const
     {
-        Products::project(d_, slot_.w, packed_, X, off, N, u, v, packed);
+        const auto e = cache_.current();
+        Products::project(d_, e->w, e->packed, X, off, N, u, v, packed);
+    }
+
+    /// Inference of one output kind (the scorer's predict*): every split's
+    /// output into dest(k, n), then done(k, y); H: the splits' heads (labels
+    /// at heads) or no_heads. The prepared weights are held for the whole
+    /// call: a newer version prepared meanwhile never changes them.
+    template <class Kind, class Items, class Heads, class Dest, class Done>
+    void predict(const Items& X, const Heads& H, Dest&& dest, Done&& done) const
+    {
+        const auto e = cache_.current();
+        Products::template predict<Kind>(*this, d_, e->w, e->packed, X, H, dest, done);
+    }
+    /// Scratch bytes predict<Kind> carves for `count` splits of up to
+    /// max_len rows (the cost model's inference scratch, before outputs).
+    template <class Kind>
+    std::uint64_t predict_scratch_bytes(std::size_t count, std::size_t max_len) const
+    {
+        return Products::template predict_scratch_bytes<Kind>(*this, d_, count, max_len);
     }
 
     /// Dropout at `rate` on U and V: one mask per split and feature, shared
@@ -277,7 +301,8 @@ public:
     void bilinear_left(const T* u, std::size_t N, T* t, T* packed) const
     {
         if (N == 0) return;  // no products for empty splits (see eigen_backend)
-        Products::left(d_, slot_.w, packed_, u, N, t, packed);
+        const auto e = cache_.current();
+        Products::left(d_, e->w, e->packed, u, N, t, packed);
     }
 
     /// Every split's output of one kind from the packed activations: full
@@ -324,7 +349,8 @@ public:
                 for (std::size_t k = 0; k < count; ++k) split(k, static_cast<const T*>(nullptr), packed);
                 return;
             }
-            Products::scores(d_, slot_.w, packed_, u, off, count, t, keep_t, packed, split);
+            const auto e = cache_.current();
+            Products::scores(d_, e->w, e->packed, u, off, count, t, keep_t, packed, split);
         }
     }
 
@@ -359,7 +385,7 @@ public:
     {
         const std::size_t o = d_.labels, hv = d_.hv(), N = off[count];
         constexpr bool convert = !std::is_same<std::remove_const_t<std::remove_pointer_t<decltype(Grad::data)>>, T>::value;
-        scratch<T> converted(convert ? packed_count_of("split gradient", Kind::elements(max_split_rows(off, count), o,
+        scratch<T> converted(convert ? packed_count<T>("split gradient", Kind::elements(max_split_rows(off, count), o,
                                                                                           "split gradient"), 1)
                                      : 0);
         // Several dependents may share a head: dT accumulates.
@@ -425,15 +451,12 @@ public:
         // positive, scaled like the kept units), then the projections.
         const T scale = rate > 0.0 ? static_cast<T>(1.0 / (1.0 - rate)) : T(1);
         const relu_ref<T> a{u, v, scale};
-        Products::backward(d_, slot_.w, packed_, X, off, N, u, dt, dv, du, a, g, dX, packed);
+        const auto e = cache_.current();
+        Products::backward(d_, e->w, e->packed, X, off, N, u, dt, dv, du, a, g, dX, packed);
     }
 
 private:
 
-    static std::size_t packed_count_of(const char* what, std::uint64_t rows, std::size_t cols)
-    {
-        return to_index_size(checked_product(what, rows, cols, sizeof(T)), what) / sizeof(T);
-    }
 
     // Prefetches split k's rows of V and T, its kept softmax outputs and its
     // score gradient g: the first 16 KiB of each, so that with many labels
@@ -454,10 +477,9 @@ private:
     }
 
     scorer_dims d_;
-    weights_slot<T> slot_;
-    // What Products made of the prepared weights (bf16: packed), with each
-    // parameter version.
-    typename Products::packed_weights packed_;
+    // The prepared weights and what Products made of them (bf16: packed),
+    // one entry per parameter version.
+    weights_cache<T, typename Products::packed_weights> cache_;
 };
 
 }  // namespace detail

@@ -15,7 +15,7 @@
 // The batch level. An object built from the scorer's sizes, `B(dims)`, held
 // by the scorer (biaffine_scorer<T, B>) for its lifetime; const operations
 // may run concurrently (predict), prepare() does not overlap them except as
-// the scorer calls it (see weights_slot). N packed rows of a batch of
+// the scorer calls it (see weights_cache). N packed rows of a batch of
 // `count` splits at row offsets `off` [count + 1]; u [N, hu], v [N, hv], t
 // [N, o * hv] (inference, full scores: eval_t_rows of them); Kind is an
 // output kind (detail/output_kind.hpp).
@@ -30,6 +30,11 @@
 //                                      `device`; 0 on the host)
 //   packed_elements(max_len), train_packed_elements(max_len, rows)   scratch sizes
 //   eval_t_rows(N, max_len)            rows of T inference holds at once
+//   watch(on)                          compare copies of the weights at every call (the
+//                                      scorer's watch_parameter_writes; nothing where none)
+//   predict<Kind>(X, H, dest, done)    inference of one output kind (H: heads or no_heads):
+//                                      every split's output into dest(k, n), then done(k, y)
+//   predict_scratch_bytes<Kind>(count, max_len)   the scratch predict carves (the cost model)
 //   project(X, off, N, u, v, packed)   U, V after relu, from the splits X
 //   dropout(rate, seed, u, v, off, count)   one mask per split and feature
 //   bilinear_left(u, N, t, packed)     t = u W' for every row
@@ -235,6 +240,14 @@ BIAFFINE_BATCH_DETECTOR(projections_backward,
                             p<const T>(), p<T>(), p<T>(), p<T>(), double(), std::declval<const grads_ref<T>&>(),
                             std::declval<span<const seq_view<T>>>(), p<T>()))
 
+BIAFFINE_BATCH_DETECTOR(watch, std::declval<B&>().watch(bool()))
+BIAFFINE_BATCH_DETECTOR(predict, std::declval<const B&>().template predict<full_scores_kind>(
+                                     std::declval<const items<T>&>(), no_heads{}, dest_probe<T>{}, each_probe<T>{}))
+BIAFFINE_BATCH_DETECTOR(predict_scratch_bytes,
+                        static_cast<std::uint64_t>(
+                            std::declval<const B&>().template predict_scratch_bytes<full_scores_kind>(std::size_t(),
+                                                                                                      std::size_t())))
+
 #undef BIAFFINE_BATCH_DETECTOR
 
 template <class B, class T, class = void>
@@ -321,6 +334,11 @@ constexpr bool check_backend()
                   "biaffine backend contract: the backend has no train_packed_elements(max_len, rows) const");
     static_assert(p::has_batch_eval_t_rows<B, T>::value,
                   "biaffine backend contract: the backend has no eval_t_rows(N, max_len) const");
+    static_assert(p::has_batch_watch<B, T>::value, "biaffine backend contract: the backend has no watch(on)");
+    static_assert(p::has_batch_predict<B, T>::value,
+                  "biaffine backend contract: the backend has no predict<Kind>(X, heads, dest, done) const");
+    static_assert(p::has_batch_predict_scratch_bytes<B, T>::value,
+                  "biaffine backend contract: the backend has no predict_scratch_bytes<Kind>(count, max_len) const");
     static_assert(p::has_batch_project<B, T>::value,
                   "biaffine backend contract: the backend has no project(X, off, N, u, v, packed) const");
     static_assert(p::has_batch_dropout<B, T>::value,

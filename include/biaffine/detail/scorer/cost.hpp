@@ -61,26 +61,12 @@ batch_cost biaffine_scorer<T, Backend, Out>::kind_cost(std::size_t count, std::s
     // converted (inference and the training forward), and in backward the
     // batch's gradients converted to T with their views.
     const std::uint64_t convert_one = converts ? one : 0;
-    if (m == mode::eval && cfg_.precision == compute_precision::bf16) {
-        batch_cost b = kind_cost_bf16<Kind>(count, max_len);
-        b.outputs = c.outputs;
-        b.scratch = checked_add(checked_add(b.scratch, stream, what), convert_one, what);  // as below
-        return b;
-    }
     if (m == mode::eval) {
-        // Offsets, head rows, X (when gathered), U, V, T (full scores: a
-        // group of splits where the backend groups), the stream buffer and
-        // the backend's packed block.
-        const std::uint64_t eval_t =
-            Kind::heads ? t
-                        : scratch_bytes<T>(detail::checked_product(
-                              what, backend_.eval_t_rows(detail::to_index_size(rows, what), max_len), o, hv()));
-        const std::uint64_t packed = scratch_bytes<T>(packed_elements(split_len));
-        const std::uint64_t uv_t = checked_add(checked_add(u, v, what), eval_t, what);
-        c.scratch = checked_add(
-            checked_add(checked_add(offsets, scratch_bytes<std::size_t>(head_rows / sizeof(std::size_t)), what),
-                        checked_add(input, checked_add(stream, convert_one, what), what), what),
-            checked_add(packed, uv_t, what), what);
+        // The backend's inference scratch (offsets, head rows, X when
+        // gathered, U, V, T, its packed block; bf16: its group scratch),
+        // the stream buffer and one split's converted output.
+        c.scratch = checked_add(backend_.template predict_scratch_bytes<Kind>(count, max_len),
+                                checked_add(stream, convert_one, what), what);
         return c;
     }
     // Train: the split views, offsets (and head rows) stay for backward, and

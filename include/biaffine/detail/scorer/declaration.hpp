@@ -23,6 +23,7 @@
 #include "biaffine/detail/compute/backend.hpp"
 #include "biaffine/detail/compute/operands.hpp"
 #include "biaffine/detail/random.hpp"
+#include "biaffine/detail/split_checks.hpp"
 #include "biaffine/errors.hpp"
 #include "biaffine/fwd.hpp"
 #include "biaffine/layer.hpp"
@@ -39,13 +40,6 @@ inline std::string shape_str(const std::vector<std::size_t>& s)
     std::string r = "[";
     for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
     return r + "]";
-}
-
-// Elements of a packed `[rows, cols...]` buffer of T, checked (in bytes too).
-template <class T, class... Ts>
-std::size_t packed_count(const char* what, std::uint64_t rows, Ts... cols)
-{
-    return to_index_size(checked_product(what, rows, cols..., sizeof(T)), what) / sizeof(T);
 }
 
 // The scorer's parameter version: atomic, since parameters_changed() may
@@ -85,9 +79,9 @@ struct version_counter {
 /// yet, call the d_*() accessors from one thread at a time. The first call
 /// after a parameter change prepares the compute backend (see
 /// parameter_version()); concurrent const calls may race to do it, and the
-/// backend lets one of them (detail::weights_slot). bf16 inference reads an
-/// immutable packed copy of the weights, replaced (never rewritten while a
-/// call reads it) when the version moves (detail::bf16_weights_cache).
+/// backend lets one of them (detail::weights_cache). Each call reads an
+/// immutable entry of the prepared weights (bf16: their packed copy),
+/// replaced (never rewritten while a call reads it) when the version moves.
 ///
 /// Non-finite inputs: NaN / Inf in one split's rows reach that split's scores
 /// only (eval: a NaN token's row and column; train: the softmax spreads it
@@ -174,11 +168,7 @@ public:
     /// optimisers write through numpy views). Costs a pass over the weights
     /// per call (memcmp) and an fp32 copy of them held with the bf16 one.
     /// May be called concurrently with predict*; nothing for fp32.
-    void watch_parameter_writes(bool on = true) const noexcept
-    {
-        if constexpr (std::is_same<T, float>::value) bf16_.watch(on);
-        else (void)on;
-    }
+    void watch_parameter_writes(bool on = true) const noexcept { backend_.watch(on); }
     /// The compute backend (its `name`, `operations`, prepared_version()).
     const Backend& compute_backend() const noexcept { return backend_; }
     /// What runs compute_precision::bf16 in this build on this CPU: its name
@@ -519,10 +509,6 @@ private:
     void stream_into(const Items& X, const Heads& H, Dest&& dest, Sink&& sink) const;
     template <class Kind, class Items, class Heads, class Dest, class Done>
     void predict_compute(const Items& X, const Heads& H, Dest&& dest, Done&& done) const;
-    template <class Kind, class Items, class Heads, class Dest, class Done>
-    void predict_into_bf16(const Items& X, const Heads& H, Dest&& dest, Done&& done) const;
-    template <class Kind>
-    batch_cost kind_cost_bf16(std::size_t count, std::size_t max_len) const;
     template <class Kind, class Items, class Heads, class Dest>
     kind_backprop<Kind> forward_into(const Items& X, const Heads& H, mode m, Dest&& dest);
     template <class Kind>
@@ -579,12 +565,9 @@ private:
     detail::version_counter version_;  // initialize() makes it 1: the backend's slot starts at 0, unprepared
     // The compute backend: its state (the prepared weights) changes under
     // const calls, as the gradients' allocation does.
+    // compute_precision::bf16 included: its packed weights are the
+    // backend's (allocated with it, so with the scorer).
     mutable Backend backend_;
-    // compute_precision::bf16: the weights packed for bf16 inference (float
-    // scorers; empty otherwise). Training's bf16 weights live in the backend
-    // (detail/compute/bf16_train.hpp).
-    struct no_bf16_cache {};
-    mutable std::conditional_t<std::is_same<T, float>::value, detail::bf16_weights_cache<detail::scorer_bf16_forward>, no_bf16_cache> bf16_;
 };
 
 

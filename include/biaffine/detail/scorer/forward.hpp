@@ -123,13 +123,7 @@ template <class T, class Backend, class Out>
 template <class Items>
 std::size_t biaffine_scorer<T, Backend, Out>::fill_offsets(const Items& X, std::size_t* off) const
 {
-    std::uint64_t total = 0;
-    for (std::size_t k = 0; k < X.size(); ++k) {
-        off[k] = static_cast<std::size_t>(total);
-        total = detail::checked_add(total, X[k].rows, "packed rows");
-    }
-    off[X.size()] = static_cast<std::size_t>(total);
-    return detail::to_index_size(total, "packed rows");
+    return detail::split_offsets(X, off);
 }
 
 // The backend with this scorer's current parameters: prepared again
@@ -182,31 +176,13 @@ void biaffine_scorer<T, Backend, Out>::predict_into(const Items& X, const Heads&
     }
 }
 
-// predict_into's computation, in T: the activations in scratch, then each
-// split's output into `dest(k, n)` and `done(k, y)`.
+// predict_into's computation, in T: the backend's inference (every
+// precision's), each split's output into `dest(k, n)` and `done(k, y)`.
 template <class T, class Backend, class Out>
 template <class Kind, class Items, class Heads, class Dest, class Done>
 void biaffine_scorer<T, Backend, Out>::predict_compute(const Items& X, const Heads& H, Dest&& dest, Done&& done) const
 {
-    if (cfg_.precision == compute_precision::bf16) {
-        predict_into_bf16<Kind>(X, H, dest, done);
-        return;
-    }
-    const Backend& be = prepared_backend();
-    const std::size_t count = X.size(), o = cfg_.labels;
-    scratch<std::size_t> off(count + 1);
-    const std::size_t N = fill_offsets(X, off.data());
-    const std::size_t max_n = detail::max_split_rows(off.data(), count);
-    scratch<std::size_t> rows(Kind::heads ? N : 0);
-    if constexpr (Kind::heads) fill_head_rows(X, H, off.data(), rows.data());
-    scratch<T> u(detail::packed_count<T>("packed U", N, hu()));
-    scratch<T> v(detail::packed_count<T>("packed V", N, hv()));
-    scratch<T> t(detail::packed_count<T>("packed T", Kind::heads ? N : be.eval_t_rows(N, max_n), o, hv()));
-    scratch<T> packed(be.packed_elements(Kind::heads ? 0 : max_n));
-    be.project(X, off.data(), N, u.data(), v.data(), packed.data());
-    be.template score_outputs<Kind>(u.data(), v.data(), off.data(), count, rows.data(), t.data(), false, false,
-                                    packed.data(), dest, [](std::size_t) { return static_cast<T*>(nullptr); },
-                                    done);
+    prepared_backend().template predict<Kind>(X, H, dest, done);
 }
 
 // Training (or eval-mode) forward of one output kind: what backward needs

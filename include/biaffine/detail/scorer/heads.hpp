@@ -128,13 +128,7 @@ template <class Items, class Heads>
 std::size_t biaffine_scorer<T, Backend, Out>::fill_head_rows(const Items& X, const Heads& H, std::size_t* off,
                                                std::size_t* rows) const
 {
-    const std::size_t count = X.size();
-    for (std::size_t k = 0; k < count; ++k) {
-        const auto& hk = H[k];
-        const std::size_t n = off[k + 1] - off[k];
-        for (std::size_t m = 0; m < n; ++m) rows[off[k] + m] = off[k] + static_cast<std::size_t>(hk[m]);
-    }
-    return off[count];
+    return detail::split_head_rows(X, H, off, rows);
 }
 
 // Per-sequence head lists of a padded `heads [b, L]` (integers; read through

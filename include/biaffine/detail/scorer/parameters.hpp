@@ -51,11 +51,6 @@ biaffine_scorer<T, Backend, Out>::biaffine_scorer(const scorer_config& cfg)
     bd_ = tensor<T, 1>::from_shape({h});
     w_ = tensor<T, 3>::from_shape({cfg.labels, hu(), hv()});
     initialize(cfg.seed);
-    if constexpr (std::is_same<T, float>::value) {
-        // The bf16 copy of the weights lives with them (and is counted
-        // when they are): inference repacks it in place as they change.
-        if (cfg.precision == compute_precision::bf16) bf16_.make(parameter_version(), dims(), weights());
-    }
 }
 
 template <class T, class Backend, class Out>
