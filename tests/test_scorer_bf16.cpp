@@ -348,7 +348,7 @@ TEST_CASE("bf16 inference: a call keeps the packed copy it started with; a newer
     // callback the weights change and a nested predict packs them: the
     // stream in flight still scores with the pack it took (in place
     // repacking rewrote it under the call), and while it holds that pack
-    // the scorer holds exactly one pack more (weights_bytes), freed when the
+    // the scorer holds exactly one pack more (bf16_weights::bytes), freed when the
     // stream returns.
     using F = biaffine::detail::scorer_bf16_forward;
     const biaffine::detail::scorer_dims d{96, 64, 3, true, true, true};
