@@ -5,7 +5,8 @@
 #
 #   bash scripts/ci_werror.sh gcc     g++, Release, in build/ (the build the
 #                                     README's test command then tests: it keeps
-#                                     BIAFFINE_WERROR=ON in the CMake cache)
+#                                     BIAFFINE_WERROR=ON in the CMake cache),
+#                                     with the compute group on OpenBLAS too
 #   bash scripts/ci_werror.sh avx512  g++ for an AVX-512 target with AVX512_BF16
 #                                     and AMX (-march=skylake-avx512 -mavx512bf16
 #                                     -mamx-tile -mamx-bf16: the bf16 kernels of
@@ -32,9 +33,11 @@ source scripts/cmake_generator.sh
 
 case "${1:-}" in
   gcc)
-    bash scripts/install_deps.sh
+    # With the compute group on OpenBLAS too (BIAFFINE_TEST_BLAS_COMPUTE; the
+    # test step runs it on this build).
+    BIAFFINE_WITH_BLAS=1 bash scripts/install_deps.sh
     cmake_generator build
-    cmake -S . -B build "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DBIAFFINE_WERROR=ON >/dev/null
+    cmake -S . -B build "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DBIAFFINE_WERROR=ON -DBIAFFINE_TEST_BLAS_COMPUTE=ON >/dev/null
     cmake --build build -j2 -- $(keep_going build)
     ;;
   avx512)
