@@ -9,8 +9,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "biaffine/detail/checked.hpp"
 #include "biaffine/errors.hpp"
@@ -22,6 +24,21 @@ namespace detail {
 /// Checks the heads of `count` splits against their lengths: one list per
 /// split, `rows_of(k)` entries, each in `0..rows_of(k) - 1`. `where(k)`
 /// names split k in the message ("split 3", "document 1, split 0").
+// Elements of any range.
+template <class R>
+std::size_t range_size(const R& r)
+{
+    return static_cast<std::size_t>(std::distance(std::begin(r), std::end(r)));
+}
+
+// `[a, b, ...]`, for messages.
+inline std::string shape_str(const std::vector<std::size_t>& s)
+{
+    std::string r = "[";
+    for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+    return r + "]";
+}
+
 template <class Heads, class RowsOf, class Where>
 void check_heads(const char* who, std::size_t count, const Heads& H, RowsOf&& rows_of, Where&& where)
 {

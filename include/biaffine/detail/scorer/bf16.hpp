@@ -62,18 +62,13 @@ void biaffine_scorer<T, Backend, Out>::predict_into_bf16(const Items& X, const H
         const auto pack = bf16_.acquire(parameter_version(), d, weights());
         const auto& w = pack->w;
         scratch<unsigned char> s(detail::to_index_size(F::scratch_bytes(d, G, max_n), "bf16 scratch"));
-        scratch<std::size_t> heads(Kind::heads ? max_n : 0);
+        scratch<std::size_t> heads(Kind::gathers_rows ? max_n : 0);
         F::run(
             w, [&](std::size_t k) { return detail::read_only(X[k]); }, X.size(), s.data(), G,
             [&](std::size_t k, const D* vb, const D* tb, float* packed) {
                 const std::size_t n = X[k].rows;
                 auto y = dest(k, n);
-                if constexpr (Kind::heads) {
-                    for (std::size_t m = 0; m < n; ++m) heads[m] = static_cast<std::size_t>(H[k][m]);
-                    F::head_scores(d, vb, tb, heads.data(), y);
-                } else {
-                    F::split_scores(d, vb, tb, packed, y);
-                }
+                Kind::template bf16_product<F>(d, vb, tb, H, k, heads.data(), packed, y);
                 done(k, y);
             });
     }
@@ -92,7 +87,7 @@ batch_cost biaffine_scorer<T, Backend, Out>::kind_cost_bf16(std::size_t count, s
     const std::size_t G = F::capacity(dims(), detail::checked_mul(count, max_len, what), max_len);
     batch_cost c;
     c.scratch = detail::checked_add(detail::scratch_bytes<unsigned char>(F::scratch_bytes(dims(), G, max_len)),
-                                    detail::scratch_bytes<std::size_t>(Kind::heads ? max_len : 0), what);
+                                    detail::scratch_bytes<std::size_t>(Kind::gathers_rows ? max_len : 0), what);
     return c;
 }
 
