@@ -13,6 +13,7 @@
 #include "biaffine/backprop.hpp"
 #include "biaffine/workspace.hpp"
 #include "biaffine/pairwise_bilinear.hpp"
+#include "biaffine/output_kind.hpp"
 #include "biaffine/scorer.hpp"
 #include "biaffine/convert.hpp"
 #include "biaffine/batching.hpp"

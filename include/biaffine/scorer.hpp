@@ -28,12 +28,14 @@
 //   detail/scorer/bf16.hpp         inference in bf16 (compute_precision::bf16): its path and costs
 //   detail/scorer/io.hpp           .npy save / load over parameters() (scorer_io.hpp)
 // The output kinds (full scores, labels at heads) are policies in
-// detail/output_kind.hpp; the configuration is scorer_config.hpp.
+// detail/output_kind.hpp, named in output_kind.hpp; the configuration is
+// scorer_config.hpp.
 // The arithmetic itself goes through the compute backend object the scorer
 // holds (Backend; the default chosen in detail/compute/backend.hpp, the
 // contract in detail/compute/interface.hpp).
 #pragma once
 
+#include "biaffine/output_kind.hpp"
 #include "biaffine/scorer_config.hpp"
 #include "biaffine/detail/scorer/declaration.hpp"
 #include "biaffine/detail/scorer/parameters.hpp"

@@ -22,6 +22,7 @@
 #include "biaffine/detail/buffer_scheduler.hpp"
 #include "biaffine/detail/counter.hpp"
 #include "biaffine/detail/gradient_guard.hpp"
+#include "biaffine/detail/output_kind.hpp"
 #include "biaffine/detail/stream_delivery.hpp"
 #include "biaffine/errors.hpp"
 #include "biaffine/layer.hpp"
@@ -39,15 +40,6 @@ template <class Items>
 struct has_bookkeeping_bytes<Items, std::void_t<decltype(std::declval<const Items&>().bookkeeping_bytes())>>
     : std::true_type {};
 
-// One batch's heads: the caller's list seen through the batch's input
-// indices (no copy; read-only, so batches on several threads may share it).
-template <class Heads>
-struct indexed_heads {
-    const Heads* all;
-    span<const std::size_t> index;
-    std::size_t size() const noexcept { return index.size(); }
-    decltype(auto) operator[](std::size_t j) const { return (*all)[index[j]]; }
-};
 
 }  // namespace detail
 
@@ -156,7 +148,7 @@ public:
     /// move to their input positions.
     std::uint64_t planned_bytes(std::size_t count, std::size_t max_len, mode m = mode::eval) const
     {
-        return planned<false>(count, max_len, m);
+        return planned<detail::full_scores_kind>(count, max_len, m);
     }
 
     /// Bytes of this layer's own bookkeeping for `n_items` items (the
@@ -182,26 +174,28 @@ public:
     /// and the snapshot of the parameter gradients backprop takes. A forward
     /// under a byte budget pays it out of the budget before planning, so
     /// training with recomputation stays within outputs + budget + dX.
-    /// `Heads`: of a forward_heads (the inner layer's heads_cost).
-    template <bool Heads = false>
+    /// `Kind`: the output kind of the forward (detail/output_kind.hpp; the
+    /// inner layer's cost of that kind).
+    template <class Kind = detail::full_scores_kind>
     std::uint64_t kept_bytes(std::size_t n_items, mode m = mode::train) const
     {
         std::uint64_t kept = detail::checked_add(detail::checked_mul(n_items, sizeof(std::size_t), "kept bytes"),
-                                                 inner_cost<Heads>(n_items, 0, m).saved, "kept bytes");
+                                                 cost_as<Kind>(n_items, 0, m).saved, "kept bytes");
         return detail::checked_add(kept, detail::gradient_guard<T>::bytes(inner_), "kept bytes");
+    }
+    /// kept_bytes() as it was first spelled: true for a forward_heads.
+    template <bool LabelsAtHeads>
+    std::uint64_t kept_bytes(std::size_t n_items, mode m = mode::train) const
+    {
+        using kind = std::conditional_t<LabelsAtHeads, detail::labels_at_heads_kind, detail::full_scores_kind>;
+        return kept_bytes<kind>(n_items, m);
     }
 
     /// Scores of every split, in input order: `[n_k, n_k(, o)]` each.
     template <class Items>
     score_list<O> predict(const Items& X) const
     {
-        score_list<O> Y = placeholders(X.size());
-        run<false>(X, mode::eval, opts_.threads, /*reserve=*/false, /*kept=*/0,
-            [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t, auto&&, std::size_t) {
-            score_list<O> Yb = inner_.predict(items);
-            for (std::size_t j = 0; j < items.size(); ++j) Y[index[j]] = std::move(Yb[j]);
-        });
-        return Y;
+        return predict_as<detail::full_scores_kind>(X, detail::no_heads{});
     }
 
     /// Streaming: `sink(k, score_view<const O>)` for every split k (in batch
@@ -212,9 +206,7 @@ public:
     template <class Items, class Sink>
     void predict_stream(const Items& X, Sink&& sink) const
     {
-        stream_batches<false>(X, sink, /*copy=*/true, [&](const auto& items, span<const std::size_t>, auto&&, auto& give) {
-            inner_.predict_stream(items, give);
-        });
+        predict_stream_as<detail::full_scores_kind>(X, detail::no_heads{}, sink);
     }
 
     /// Streaming into the caller's memory (the inner layer's
@@ -226,11 +218,7 @@ public:
     template <class Items, class Dest, class Sink>
     void predict_stream_into(const Items& X, Dest&& dest, Sink&& sink) const
     {
-        stream_batches<false>(X, sink, /*copy=*/false,
-                              [&](const auto& items, span<const std::size_t> index, auto&& place, auto& give) {
-            inner_.predict_stream_into(
-                items, [&](std::size_t j, std::size_t n) { return place([&] { return dest(index[j], n); }); }, give);
-        });
+        predict_stream_into_as<detail::full_scores_kind>(X, detail::no_heads{}, dest, sink);
     }
 
     /// Forward over all splits, batch by batch; the callback runs each
@@ -238,9 +226,7 @@ public:
     template <class Items>
     std::pair<score_list<O>, backprop_type> forward(const Items& X, mode m = mode::train)
     {
-        return forward_batches<false, backprop_type>(X, m, [&](const auto& items, auto, mode mm) {
-            return inner_.forward(items, mm);
-        });
+        return forward_as<detail::full_scores_kind>(X, detail::no_heads{}, m);
     }
 
     // ------------------------------------------- labels at given heads
@@ -262,15 +248,7 @@ public:
     score_list<O> predict_heads(const Items& X, const Heads& H) const
     {
         static_assert(check_heads_layer<inner_type>());
-        check_split_heads(X, H);
-        score_list<O> Y = placeholders(X.size());
-        run<true>(X, mode::eval, opts_.threads, /*reserve=*/false, /*kept=*/0,
-                  [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t, auto&&,
-                      std::size_t) {
-                      score_list<O> Yb = inner_.predict_heads(items, detail::indexed_heads<Heads>{&H, index});
-                      for (std::size_t j = 0; j < items.size(); ++j) Y[index[j]] = std::move(Yb[j]);
-                  });
-        return Y;
+        return predict_as<detail::labels_at_heads_kind>(X, H);
     }
 
     /// Streaming labels at given heads: `sink(k, seq_view<const O>)` with
@@ -279,11 +257,7 @@ public:
     void predict_heads_stream(const Items& X, const Heads& H, Sink&& sink) const
     {
         static_assert(check_heads_layer<inner_type>());
-        check_split_heads(X, H);
-        stream_batches<true>(X, sink, /*copy=*/true,
-                             [&](const auto& items, span<const std::size_t> index, auto&&, auto& give) {
-            inner_.predict_heads_stream(items, detail::indexed_heads<Heads>{&H, index}, give);
-        });
+        predict_stream_as<detail::labels_at_heads_kind>(X, H, sink);
     }
 
     /// Streaming labels at given heads into the caller's memory: `dest(k,
@@ -292,13 +266,7 @@ public:
     void predict_heads_stream_into(const Items& X, const Heads& H, Dest&& dest, Sink&& sink) const
     {
         static_assert(check_heads_layer<inner_type>());
-        check_split_heads(X, H);
-        stream_batches<true>(X, sink, /*copy=*/false,
-                             [&](const auto& items, span<const std::size_t> index, auto&& place, auto& give) {
-            inner_.predict_heads_stream_into(
-                items, detail::indexed_heads<Heads>{&H, index},
-                [&](std::size_t j, std::size_t n) { return place([&] { return dest(index[j], n); }); }, give);
-        });
+        predict_stream_into_as<detail::labels_at_heads_kind>(X, H, dest, sink);
     }
 
     /// Training forward of labels at given heads, batch by batch (as forward).
@@ -306,38 +274,83 @@ public:
     std::pair<score_list<O>, heads_backprop_type> forward_heads(const Items& X, const Heads& H, mode m = mode::train)
     {
         static_assert(check_heads_layer<inner_type>());
-        check_split_heads(X, H);
-        return forward_batches<true, heads_backprop_type>(X, m, [&](const auto& items, span<const std::size_t> idx,
+        return forward_as<detail::labels_at_heads_kind>(X, H, m);
+    }
+
+    // ------------------------------------------- any output kind
+    //
+    // The calls above for an output kind `Kind` (detail/output_kind.hpp)
+    // with its arguments `a` (heads, or detail::no_heads{}): the inner
+    // layer's members of that kind (Kind's layer calls), batched by its cost.
+
+    /// Backprop of forward_as<Kind>(): per-split gradients of Kind's view.
+    template <class Kind>
+    using kind_backprop = backprop_fn<void(span<const typename Kind::template view<const O>>, span<const seq_view<T>>)>;
+
+    /// The inner layer's cost of a batch of Kind.
+    template <class Kind>
+    batch_cost cost_as(std::size_t count, std::size_t max_len, mode m = mode::eval) const
+    {
+        return Kind::cost(inner_, count, max_len, m);
+    }
+
+    /// Every split's output of Kind, in input order.
+    template <class Kind, class Items, class Args>
+    score_list<O> predict_as(const Items& X, const Args& a) const
+    {
+        Kind::check_args("with_minibatch_by_padded_size", X, a);
+        score_list<O> Y = placeholders(X.size());
+        run<Kind>(X, mode::eval, opts_.threads, /*reserve=*/false, /*kept=*/0,
+                  [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t, auto&&,
+                      std::size_t) {
+                      score_list<O> Yb = Kind::predict(inner_, items, Kind::batch_args(a, index));
+                      for (std::size_t j = 0; j < items.size(); ++j) Y[index[j]] = std::move(Yb[j]);
+                  });
+        return Y;
+    }
+
+    /// Streaming of Kind, as predict_stream.
+    template <class Kind, class Items, class Args, class Sink>
+    void predict_stream_as(const Items& X, const Args& a, Sink&& sink) const
+    {
+        Kind::check_args("with_minibatch_by_padded_size", X, a);
+        stream_batches<Kind>(X, sink, /*copy=*/true,
+                             [&](const auto& items, span<const std::size_t> index, auto&&, auto& give) {
+            Kind::predict_stream(inner_, items, Kind::batch_args(a, index), give);
+        });
+    }
+
+    /// Streaming of Kind into the caller's memory, as predict_stream_into.
+    template <class Kind, class Items, class Args, class Dest, class Sink>
+    void predict_stream_into_as(const Items& X, const Args& a, Dest&& dest, Sink&& sink) const
+    {
+        Kind::check_args("with_minibatch_by_padded_size", X, a);
+        stream_batches<Kind>(X, sink, /*copy=*/false,
+                             [&](const auto& items, span<const std::size_t> index, auto&& place, auto& give) {
+            Kind::predict_stream_into(
+                inner_, items, Kind::batch_args(a, index),
+                [&](std::size_t j, std::size_t n) { return place([&] { return dest(index[j], n); }); }, give);
+        });
+    }
+
+    /// Training forward of Kind, batch by batch (as forward).
+    template <class Kind, class Items, class Args>
+    std::pair<score_list<O>, kind_backprop<Kind>> forward_as(const Items& X, const Args& a, mode m = mode::train)
+    {
+        Kind::check_args("with_minibatch_by_padded_size", X, a);
+        return forward_batches<Kind, kind_backprop<Kind>>(X, m, [&](const auto& items, span<const std::size_t> idx,
                                                                     mode mm) {
-            return inner_.forward_heads(items, detail::indexed_heads<Heads>{&H, idx}, mm);
+            return Kind::forward(inner_, items, Kind::batch_args(a, idx), mm);
         });
     }
 
 private:
-    // The inner layer's cost of a batch, full scores or labels at given heads.
-    template <bool Heads>
-    batch_cost inner_cost(std::size_t count, std::size_t max_len, mode m) const
-    {
-        if constexpr (Heads) {
-            return inner_.heads_cost(count, max_len, m);
-        } else {
-            return inner_.cost(count, max_len, m);
-        }
-    }
-
-    // planned_bytes() for either kind of output.
-    template <bool Heads>
+    // planned_bytes() for any kind of output.
+    template <class Kind>
     std::uint64_t planned(std::size_t count, std::size_t max_len, mode m) const
     {
-        return detail::checked_add(inner_cost<Heads>(count, max_len, m).total(),
+        return detail::checked_add(cost_as<Kind>(count, max_len, m).total(),
                                    detail::checked_mul(count, sizeof(score_tensor<O>), "batch cost"), "batch cost");
-    }
-
-    template <class Items, class Heads>
-    static void check_split_heads(const Items& X, const Heads& H)
-    {
-        detail::check_heads("with_minibatch_by_padded_size", X.size(), H, [&](std::size_t k) { return X[k].rows; },
-                            [](std::size_t k) { return detail::msg("split ", k); });
     }
 
     // The streams: `call(items, index, place, give)` runs one batch, where
@@ -347,17 +360,17 @@ private:
     // `room` bytes of the thread's block before it), serialised unless
     // concurrent_sink. `copy`: the views point at memory the inner layer
     // reuses for the next split (else at the caller's, from dest).
-    template <bool Heads, class Items, class Sink, class Call>
+    template <class Kind, class Items, class Sink, class Call>
     void stream_batches(const Items& X, Sink& sink, bool copy, Call&& call) const
     {
-        using view = std::conditional_t<Heads, seq_view<const O>, score_view<const O>>;
+        using view = typename Kind::template view<const O>;
         std::mutex sink_mutex;
         const auto serialised = [&](auto&& f) -> decltype(f()) {
             if (opts_.concurrent_sink) return f();
             std::lock_guard<std::mutex> lock(sink_mutex);
             return f();
         };
-        run<Heads>(X, mode::eval, opts_.threads, /*reserve=*/true, /*kept=*/0,
+        run<Kind>(X, mode::eval, opts_.threads, /*reserve=*/true, /*kept=*/0,
                    [&](span<const seq_view<const T>> items, span<const std::size_t> index, std::size_t,
                        const auto& turn, std::size_t room) {
                        scratch<unsigned char> parking(room);  // carved before the inner layer's scratch
@@ -372,10 +385,10 @@ private:
                    });
     }
 
-    // forward() and forward_heads(): `call(items, input_indices, m)` runs one
-    // batch's inner forward; the callback (BP, taking the per-split
-    // gradients of either kind) runs each batch's backprop in order.
-    template <bool Heads, class BP, class Items, class Call>
+    // forward_as(): `call(items, input_indices, m)` runs one batch's inner
+    // forward; the callback (BP, taking the per-split gradients of Kind)
+    // runs each batch's backprop in order.
+    template <class Kind, class BP, class Items, class Call>
     std::pair<score_list<O>, BP> forward_batches(const Items& X, mode m, Call&& call)
     {
         const std::size_t n = X.size();
@@ -392,7 +405,7 @@ private:
         tracked_vector<batch_record> records;
         tracked_vector<std::size_t> index;
         index.reserve(n);
-        run<Heads>(X, m, 1, /*reserve=*/false, kept_bytes<Heads>(n, m),
+        run<Kind>(X, m, 1, /*reserve=*/false, kept_bytes<Kind>(n, m),
                    [&](span<const seq_view<const T>> items, span<const std::size_t> idx, std::size_t max_len, auto&&,
                        std::size_t) {
             auto [Yb, bp] = call(items, idx, m);
@@ -404,8 +417,8 @@ private:
         });
         const auto* self = this;
         inner_type* inner = &inner_;
-        // The gradient views BP takes: score_view (full scores) or seq_view ([n, o]).
-        using grad_view = std::conditional_t<Heads, seq_view<const O>, score_view<const O>>;
+        // The gradient views BP takes: Kind's.
+        using grad_view = typename Kind::template view<const O>;
         BP bp([records = std::move(records), index = std::move(index), n, m, inner,
                self](span<const grad_view> dY, span<const seq_view<T>> dX) mutable {
             if (dY.size() != n || dX.size() != n) {
@@ -428,7 +441,7 @@ private:
                     dYb[j] = dY[index[r.first + j]];
                     dXb[j] = dX[index[r.first + j]];
                 }
-                workspace_scope ws(self->template inner_cost<Heads>(r.count, r.max_len, m).scratch);
+                workspace_scope ws(self->template cost_as<Kind>(r.count, r.max_len, m).scratch);
                 r.bp(span<const grad_view>(dYb.data(), r.count), span<const seq_view<T>>(dXb.data(), r.count));
             }
             guard.dismiss();
@@ -458,9 +471,8 @@ private:
     // `room` to park splits before its turn: what the budget charges it for
     // its outputs and their list, at most what the limit leaves beside its
     // scratch and heap. `kept` (forward: kept_bytes()) is paid out of a byte budget
-    // with the bookkeeping. `Heads`: batches cost the inner layer's
-    // heads_cost rather than its cost.
-    template <bool Heads, class Items, class Batch>
+    // with the bookkeeping. Batches cost the inner layer's cost of `Kind`.
+    template <class Kind, class Items, class Batch>
     void run(const Items& X, mode m, std::size_t threads, bool reserve, std::uint64_t kept, Batch&& batch) const
     {
         const std::size_t n = X.size();
@@ -498,7 +510,7 @@ private:
         auto cost = [&](std::size_t count, std::size_t len) -> std::uint64_t {
             if (budget_.kind == budget_kind::padded_items) return detail::checked_mul(count, len, "padded size");
             try {
-                return planned<Heads>(count, len, m);
+                return planned<Kind>(count, len, m);
             } catch (const overflow_error& e) {
                 throw overflow_error(detail::msg("with_minibatch_by_padded_size: ", count, " split(s) of length ", len,
                                                  " cannot be sized: ", e.what()));
@@ -516,14 +528,14 @@ private:
             return std::min(want, left);
         };
         auto workspace = [&](std::size_t count, std::size_t len) {
-            const batch_cost c = inner_cost<Heads>(count, len, m);
+            const batch_cost c = cost_as<Kind>(count, len, m);
             detail::batch_workspace w{detail::checked_add(c.scratch, room(c, count), "parking room")};
             // Under a byte budget the block kept from an earlier batch counts
             // against this one: reuse it only while it fits beside this
             // batch's other memory (heap, outputs; a stream allocates no
             // outputs), else size it to this batch.
             if (budget_.kind == budget_kind::bytes) {
-                const std::uint64_t others = reserve ? c.heap : planned<Heads>(count, len, m) - c.scratch;
+                const std::uint64_t others = reserve ? c.heap : planned<Kind>(count, len, m) - c.scratch;
                 w.keep = std::max(w.scratch, others < limit ? limit - others : 0);
             }
             return w;
@@ -545,7 +557,7 @@ private:
         detail::run_buffers<T>(X, s, cost, workspace,
                                [&](span<const seq_view<const T>> items, span<const std::size_t> index,
                                    std::size_t max_len, const auto& turn) {
-                                   const std::uint64_t r = room(inner_cost<Heads>(items.size(), max_len, m), items.size());
+                                   const std::uint64_t r = room(cost_as<Kind>(items.size(), max_len, m), items.size());
                                    batch(items, index, max_len, turn, static_cast<std::size_t>(r));
                                });
     }

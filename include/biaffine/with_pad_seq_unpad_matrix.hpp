@@ -75,23 +75,21 @@ public:
     /// layer's own, its padded output (heap), the unpadded outputs.
     batch_cost cost(std::size_t count, std::size_t max_len, mode m = mode::eval) const
     {
-        return padded_batch_cost(
-            inner_.padded_cost(count, max_len, m), count, max_len, m,
-            detail::checked_product("padded batch", count, max_len, max_len, inner_.labels(), sizeof(O)));
+        return cost_as<detail::full_scores_kind>(count, max_len, m);
     }
 
     /// Scores of every split, `[n_k, n_k(, o)]`, through one padded call.
     template <class Items>
     score_list<O> predict(const Items& X) const
     {
-        return predict_kind<detail::full_scores_kind>(X, detail::no_heads{});
+        return predict_as<detail::full_scores_kind>(X, detail::no_heads{});
     }
 
     /// Streaming: `sink(k, view)` per split, views into the padded output.
     template <class Items, class Sink>
     void predict_stream(const Items& X, Sink&& sink) const
     {
-        predict_stream_kind<detail::full_scores_kind>(X, detail::no_heads{}, std::forward<Sink>(sink));
+        predict_stream_as<detail::full_scores_kind>(X, detail::no_heads{}, sink);
     }
 
     /// Streaming into the caller's memory (as biaffine_scorer's): each
@@ -100,7 +98,7 @@ public:
     template <class Items, class Dest, class Sink>
     void predict_stream_into(const Items& X, Dest&& dest, Sink&& sink) const
     {
-        unpad_stream_into<detail::full_scores_kind>(X, detail::no_heads{}, dest, sink);
+        predict_stream_into_as<detail::full_scores_kind>(X, detail::no_heads{}, dest, sink);
     }
 
     /// Forward through the padded inner layer; the callback pads the score
@@ -108,7 +106,7 @@ public:
     template <class Items>
     std::pair<score_list<O>, backprop_type> forward(const Items& X, mode m = mode::train)
     {
-        return forward_kind<detail::full_scores_kind>(X, detail::no_heads{}, m);
+        return forward_as<detail::full_scores_kind>(X, detail::no_heads{}, m);
     }
 
     // ------------------------------------------- labels at given heads
@@ -122,13 +120,7 @@ public:
     batch_cost heads_cost(std::size_t count, std::size_t max_len, mode m = mode::eval) const
     {
         static_assert(check_padded_heads_layer<inner_type>());
-        const std::uint64_t heads = detail::scratch_bytes<std::int64_t>(
-            detail::checked_mul(count, max_len, "padded batch"));
-        batch_cost c = padded_batch_cost(inner_.padded_heads_cost(count, max_len, m), count, max_len, m,
-                                         detail::checked_product("padded batch", count, max_len, inner_.labels(),
-                                                                 sizeof(O)));
-        c.scratch = detail::checked_add(c.scratch, heads, "padded batch");
-        return c;
+        return cost_as<detail::labels_at_heads_kind>(count, max_len, m);
     }
 
     /// Labels at given heads of every split, `[n_k, o]`, through one padded
@@ -137,7 +129,7 @@ public:
     score_list<O> predict_heads(const Items& X, const Heads& H) const
     {
         static_assert(check_padded_heads_layer<inner_type>());
-        return predict_kind<detail::labels_at_heads_kind>(X, H);
+        return predict_as<detail::labels_at_heads_kind>(X, H);
     }
 
     /// Streaming labels at given heads: `sink(k, seq_view<const O>)`, views
@@ -146,7 +138,7 @@ public:
     void predict_heads_stream(const Items& X, const Heads& H, Sink&& sink) const
     {
         static_assert(check_padded_heads_layer<inner_type>());
-        predict_stream_kind<detail::labels_at_heads_kind>(X, H, std::forward<Sink>(sink));
+        predict_stream_as<detail::labels_at_heads_kind>(X, H, sink);
     }
 
     /// Streaming labels at given heads into the caller's memory: `dest(k,
@@ -155,7 +147,7 @@ public:
     void predict_heads_stream_into(const Items& X, const Heads& H, Dest&& dest, Sink&& sink) const
     {
         static_assert(check_padded_heads_layer<inner_type>());
-        unpad_stream_into<detail::labels_at_heads_kind>(X, H, dest, sink);
+        predict_stream_into_as<detail::labels_at_heads_kind>(X, H, dest, sink);
     }
 
     /// Forward of labels at given heads through the padded inner layer; the
@@ -164,86 +156,73 @@ public:
     std::pair<score_list<O>, heads_backprop_type> forward_heads(const Items& X, const Heads& H, mode m = mode::train)
     {
         static_assert(check_padded_heads_layer<inner_type>());
-        return forward_kind<detail::labels_at_heads_kind>(X, H, m);
+        return forward_as<detail::labels_at_heads_kind>(X, H, m);
     }
 
-private:
-    // One path per output kind (detail/output_kind.hpp); H is no_heads{}
-    // for full scores.
+    // ------------------------------------------- any output kind
+    //
+    // The calls above for an output kind `Kind` (detail/output_kind.hpp)
+    // with its arguments (heads, or detail::no_heads{}): the inner layer's
+    // padded call of that kind (Kind's layer calls), the arguments padded
+    // by the kind.
 
-    // One split's unpadded output tensor: `[n, n(, o)]` or `[n, o]`.
+    /// Working set of a batch of Kind: padded input, lengths and arguments
+    /// (scratch), the inner layer's, its padded output (heap), the unpadded outputs.
     template <class Kind>
-    score_tensor<O> new_output(std::size_t n) const
+    batch_cost cost_as(std::size_t count, std::size_t max_len, mode m = mode::eval) const
     {
-        if constexpr (Kind::heads) {
-            return score_tensor<O>::from_shape({n, inner_.labels()});
-        } else {
-            return score_tensor<O>(inner_.score_shape(n));
-        }
+        batch_cost c = padded_batch_cost(
+            Kind::padded_cost(inner_, count, max_len, m), count, max_len, m,
+            detail::checked_product("padded batch", Kind::elements(max_len, inner_.labels(), "padded batch"), count,
+                                    sizeof(O)));
+        c.scratch = detail::checked_add(
+            c.scratch, detail::scratch_bytes<std::int64_t>(Kind::padded_arg_elements(count, max_len)), "padded batch");
+        return c;
     }
 
     template <class Kind, class Items, class Heads>
-    score_list<O> predict_kind(const Items& X, const Heads& H) const
+    score_list<O> predict_as(const Items& X, const Heads& H) const
     {
         const std::size_t o = inner_.labels();
         score_list<O> Y;
         Y.reserve(X.size());
-        predict_stream_kind<Kind>(X, H, [&](std::size_t, typename Kind::template view<const O> y) {
+        predict_stream_as<Kind>(X, H, [&](std::size_t, typename Kind::template view<const O> y) {
             const std::size_t n = X[Y.size()].rows;
-            score_tensor<O> yk = new_output<Kind>(n);
+            score_tensor<O> yk = Kind::template new_output<O>(n, o);
             Kind::assign(Kind::dense(yk.data(), n, o), y);
             Y.push_back(std::move(yk));
         });
         return Y;
     }
 
-    // The inner layer's padded call of a kind on `x` and `lens`: labels at
-    // heads pad the heads into `hp` first.
-    template <class Kind, class Heads, class X3, class Lens, class Call>
-    decltype(auto) call_padded(const Heads& H, const X3& x, const Lens& lens, std::int64_t* hp, Call&& call) const
+    // Scratch for a kind's padded arguments `[count, L]` (heads; none without).
+    template <class Kind>
+    static std::size_t padded_args_size(std::size_t count, std::size_t L)
     {
-        if constexpr (Kind::heads) {
-            const std::size_t count = x.shape()[0], L = x.shape()[1];
-            pad_heads(H, count, L, lens.data(), hp);
-            auto h = xt::adapt(hp, count * L, xt::no_ownership(), std::array<std::size_t, 2>{count, L});
-            return call(x, lens, h);
-        } else {
-            (void)H;
-            (void)hp;
-            return call(x, lens, detail::no_heads{});
-        }
+        return detail::to_index_size(Kind::padded_arg_elements(count, L), "padded batch");
     }
 
     template <class Kind, class Items, class Heads, class Sink>
-    void predict_stream_kind(const Items& X, const Heads& H, Sink&& sink) const
+    void predict_stream_as(const Items& X, const Heads& H, Sink&& sink) const
     {
         const std::size_t count = X.size(), L = max_len(X), n_in = inner_.n_in(), o = inner_.labels();
         detail::check_kind_heads<Kind>("with_pad_seq_unpad_matrix", X, H);
         scratch<T> xp(padded_size(count, L));
         scratch<std::int64_t> lens(count);
-        scratch<std::int64_t> hp(Kind::heads ? detail::to_index_size(detail::checked_mul(count, L, "padded batch"),
-                                                                     "padded batch")
-                                             : 0);
+        scratch<std::int64_t> hp(padded_args_size<Kind>(count, L));
         pad(X, L, xp.data(), lens.data());
         auto x = xt::adapt(xp.data(), xp.size(), xt::no_ownership(), std::array<std::size_t, 3>{count, L, n_in});
-        const score_array<O> y =
-            call_padded<Kind>(H, x, span<const std::int64_t>(lens.data(), count), hp.data(),
-                              [&](const auto& xx, const auto& ll, const auto& hh) {
-                                  if constexpr (Kind::heads) {
-                                      return inner_.predict_heads_padded(xx, ll, hh);
-                                  } else {
-                                      return inner_.predict_padded(xx, ll);
-                                  }
-                              });
+        const span<const std::int64_t> ll(lens.data(), count);
+        const score_array<O> y = Kind::predict_padded(inner_, x, ll, Kind::pad_args(H, count, L, lens.data(), hp.data()));
         for (std::size_t k = 0; k < count; ++k) sink(k, Kind::padded(y.data(), k, X[k].rows, L, o));
     }
 
     // The padded output of a stream unpadded into the caller's `dest(k, n)`.
     template <class Kind, class Items, class Heads, class Dest, class Sink>
-    void unpad_stream_into(const Items& X, const Heads& H, Dest&& dest, Sink&& sink) const
+    void predict_stream_into_as(const Items& X, const Heads& H, Dest&& dest, Sink&& sink) const
     {
         const std::size_t o = inner_.labels();
-        predict_stream_kind<Kind>(X, H, [&](std::size_t k, typename Kind::template view<const O> y) {
+        predict_stream_as<Kind>(X, H, [&](std::size_t k, typename Kind::template view<const O> y) {
             const std::size_t n = X[k].rows;
             const auto d = detail::caller_destination<Kind>("with_pad_seq_unpad_matrix stream",
                                                             static_cast<O*>(dest(k, n)), k, n, o);
@@ -253,7 +232,7 @@ private:
     }
 
     template <class Kind, class Items, class Heads>
-    auto forward_kind(const Items& X, const Heads& H, mode m)
+    auto forward_as(const Items& X, const Heads& H, mode m = mode::train)
     {
         using grad = typename Kind::template view<const O>;
         const std::size_t count = X.size(), L = max_len(X), n_in = inner_.n_in(), o = inner_.labels();
@@ -262,22 +241,14 @@ private:
         tensor<T, 3> x = tensor<T, 3>::from_shape({count, L, n_in});
         tracked_vector<std::int64_t> lens(count);
         pad(X, L, x.data(), lens.data());
-        scratch<std::int64_t> hp(Kind::heads ? detail::to_index_size(detail::checked_mul(count, L, "padded batch"),
-                                                                     "padded batch")
-                                             : 0);
-        auto [y, inner_bp] = call_padded<Kind>(H, x, lens, hp.data(),
-                                               [&](const auto& xx, const auto& ll, const auto& hh) {
-                                                   if constexpr (Kind::heads) {
-                                                       return inner_.forward_heads_padded(xx, ll, hh, m);
-                                                   } else {
-                                                       return inner_.forward_padded(xx, ll, m);
-                                                   }
-                                               });
+        scratch<std::int64_t> hp(padded_args_size<Kind>(count, L));
+        auto [y, inner_bp] =
+            Kind::forward_padded(inner_, x, lens, Kind::pad_args(H, count, L, lens.data(), hp.data()), m);
         score_list<O> Y;
         Y.reserve(count);
         for (std::size_t k = 0; k < count; ++k) {
             const std::size_t n = X[k].rows;
-            score_tensor<O> yk = new_output<Kind>(n);
+            score_tensor<O> yk = Kind::template new_output<O>(n, o);
             Kind::assign(Kind::dense(yk.data(), n, o), Kind::padded(static_cast<const O*>(y.data()), k, n, L, o));
             Y.push_back(std::move(yk));
         }
@@ -300,6 +271,7 @@ private:
         return std::make_pair(std::move(Y), std::move(bp));
     }
 
+private:
     // A batch's working set around the inner layer's padded cost `in`,
     // whose padded output is `outputs` bytes once unpadded.
     batch_cost padded_batch_cost(const batch_cost& in, std::size_t count, std::size_t max_len, mode m,
@@ -324,19 +296,6 @@ private:
         c.scratch = checked_add(in.scratch, lens, "padded batch");
         c.heap = checked_add(c.heap, checked_add(in.outputs, x, "padded batch"), "padded batch");
         return c;
-    }
-
-    // Heads `[count, L]` (int64), 0 past each length.
-    template <class Heads>
-    static void pad_heads(const Heads& H, std::size_t count, std::size_t L, const std::int64_t* lens,
-                          std::int64_t* hp)
-    {
-        for (std::size_t k = 0; k < count; ++k) {
-            const auto& hk = H[k];
-            const auto n = static_cast<std::size_t>(lens[k]);
-            for (std::size_t m = 0; m < n; ++m) hp[k * L + m] = static_cast<std::int64_t>(hk[m]);
-            std::fill(hp + k * L + n, hp + (k + 1) * L, std::int64_t(0));
-        }
     }
 
     template <class Lens>

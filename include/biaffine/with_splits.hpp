@@ -32,12 +32,6 @@ BIAFFINE_NAMESPACE_BEGIN
 
 namespace detail {
 
-template <class R>
-std::size_t range_size(const R& r)
-{
-    return static_cast<std::size_t>(std::distance(std::begin(r), std::end(r)));
-}
-
 template <class I>
 std::size_t checked_length(I v, std::size_t doc, std::size_t split)
 {
@@ -182,8 +176,7 @@ public:
     template <class Docs, class Lengths>
     score_list<O> predict(const Docs& docs, const Lengths& split_lengths) const
     {
-        prepared p = prepare(docs, split_lengths);
-        return inner_.predict(p.sequence(split_lengths));
+        return predict_as<detail::full_scores_kind>(docs, split_lengths, detail::no_heads{});
     }
 
     /// Streaming: `sink(split_index, doc_index, score_view<const O>)` per
@@ -192,8 +185,7 @@ public:
     template <class Docs, class Lengths, class Sink>
     void predict_stream(const Docs& docs, const Lengths& split_lengths, Sink&& sink) const
     {
-        prepared p = prepare(docs, split_lengths);
-        inner_.predict_stream(p.sequence(split_lengths), [&](std::size_t k, score_view<const O> s) { sink(k, p.document_of(k), s); });
+        predict_stream_as<detail::full_scores_kind>(docs, split_lengths, detail::no_heads{}, sink);
     }
 
     /// Streaming into the caller's memory: `dest(split_index, doc_index,
@@ -204,10 +196,7 @@ public:
     template <class Docs, class Lengths, class Dest, class Sink>
     void predict_stream_into(const Docs& docs, const Lengths& split_lengths, Dest&& dest, Sink&& sink) const
     {
-        prepared p = prepare(docs, split_lengths);
-        inner_.predict_stream_into(
-            p.sequence(split_lengths), [&](std::size_t k, std::size_t n) { return dest(k, p.document_of(k), n); },
-            [&](std::size_t k, score_view<const O> s) { sink(k, p.document_of(k), s); });
+        predict_stream_into_as<detail::full_scores_kind>(docs, split_lengths, detail::no_heads{}, dest, sink);
     }
 
     /// Training forward: the per-split scores and a callback that takes
@@ -217,9 +206,7 @@ public:
     std::pair<score_list<O>, backprop_type> forward(const Docs& docs, const Lengths& split_lengths,
                                                     mode m = mode::train)
     {
-        prepared p = prepare(docs, split_lengths);
-        return forward_kind<detail::full_scores_kind>(std::move(p), split_lengths, 0,
-                                                      [&](const auto& seq) { return inner_.forward(seq, m); });
+        return forward_as<detail::full_scores_kind>(docs, split_lengths, detail::no_heads{}, m);
     }
 
     // ------------------------------------------- labels at given heads
@@ -239,9 +226,7 @@ public:
     score_list<O> predict_heads(const Docs& docs, const Lengths& split_lengths, const Heads& heads) const
     {
         static_assert(check_heads_layer<inner_type>());
-        prepared p = prepare(docs, split_lengths);
-        const auto lists = split_heads(p, split_lengths, heads);
-        return inner_.predict_heads(p.sequence(split_lengths, heads_bytes(lists)), span_of(lists));
+        return predict_as<detail::labels_at_heads_kind>(docs, split_lengths, heads);
     }
 
     /// Streaming labels at given heads: `sink(split_index, doc_index,
@@ -250,10 +235,7 @@ public:
     void predict_heads_stream(const Docs& docs, const Lengths& split_lengths, const Heads& heads, Sink&& sink) const
     {
         static_assert(check_heads_layer<inner_type>());
-        prepared p = prepare(docs, split_lengths);
-        const auto lists = split_heads(p, split_lengths, heads);
-        inner_.predict_heads_stream(p.sequence(split_lengths, heads_bytes(lists)), span_of(lists),
-                                    [&](std::size_t k, seq_view<const O> y) { sink(k, p.document_of(k), y); });
+        predict_stream_as<detail::labels_at_heads_kind>(docs, split_lengths, heads, sink);
     }
 
     /// Streaming labels at given heads into the caller's memory: `dest(split_index,
@@ -263,12 +245,7 @@ public:
                                    Sink&& sink) const
     {
         static_assert(check_heads_layer<inner_type>());
-        prepared p = prepare(docs, split_lengths);
-        const auto lists = split_heads(p, split_lengths, heads);
-        inner_.predict_heads_stream_into(
-            p.sequence(split_lengths, heads_bytes(lists)), span_of(lists),
-            [&](std::size_t k, std::size_t n) { return dest(k, p.document_of(k), n); },
-            [&](std::size_t k, seq_view<const O> y) { sink(k, p.document_of(k), y); });
+        predict_stream_into_as<detail::labels_at_heads_kind>(docs, split_lengths, heads, dest, sink);
     }
 
     /// Training forward of labels at given heads: `[n, o]` per split and a
@@ -279,12 +256,63 @@ public:
                                                                 const Heads& heads, mode m = mode::train)
     {
         static_assert(check_heads_layer<inner_type>());
+        return forward_as<detail::labels_at_heads_kind>(docs, split_lengths, heads, m);
+    }
+
+    // ------------------------------------------- any output kind
+    //
+    // The calls above for an output kind `Kind` (detail/output_kind.hpp)
+    // with its arguments per document `a` (heads, or detail::no_heads{}):
+    // Kind's layer calls on the inner layer, with the arguments split as the
+    // documents are (Kind::document_args; their bytes paid out of a
+    // batcher's budget).
+
+    /// Callback of forward_as<Kind>(): per-split gradients of Kind's view in,
+    /// per-document dX out.
+    template <class Kind>
+    using kind_backprop = backprop_fn<doc_grads(span<const typename Kind::template view<const O>>)>;
+
+    template <class Kind, class Docs, class Lengths, class Args>
+    score_list<O> predict_as(const Docs& docs, const Lengths& split_lengths, const Args& a) const
+    {
         prepared p = prepare(docs, split_lengths);
-        const auto lists = split_heads(p, split_lengths, heads);
-        // Paid out of the batcher's budget: the per-split heads spans.
-        return forward_kind<detail::labels_at_heads_kind>(
-            std::move(p), split_lengths, heads_bytes(lists),
-            [&](const auto& seq) { return inner_.forward_heads(seq, span_of(lists), m); });
+        const auto args = Kind::document_args(p, split_lengths, a);
+        return Kind::predict(inner_, p.sequence(split_lengths, Kind::args_bytes(args)), Kind::args_of(args));
+    }
+
+    template <class Kind, class Docs, class Lengths, class Args, class Sink>
+    void predict_stream_as(const Docs& docs, const Lengths& split_lengths, const Args& a, Sink&& sink) const
+    {
+        prepared p = prepare(docs, split_lengths);
+        const auto args = Kind::document_args(p, split_lengths, a);
+        Kind::predict_stream(inner_, p.sequence(split_lengths, Kind::args_bytes(args)), Kind::args_of(args),
+                             [&](std::size_t k, typename Kind::template view<const O> y) {
+                                 sink(k, p.document_of(k), y);
+                             });
+    }
+
+    template <class Kind, class Docs, class Lengths, class Args, class Dest, class Sink>
+    void predict_stream_into_as(const Docs& docs, const Lengths& split_lengths, const Args& a, Dest&& dest,
+                                Sink&& sink) const
+    {
+        prepared p = prepare(docs, split_lengths);
+        const auto args = Kind::document_args(p, split_lengths, a);
+        Kind::predict_stream_into(
+            inner_, p.sequence(split_lengths, Kind::args_bytes(args)), Kind::args_of(args),
+            [&](std::size_t k, std::size_t n) { return dest(k, p.document_of(k), n); },
+            [&](std::size_t k, typename Kind::template view<const O> y) { sink(k, p.document_of(k), y); });
+    }
+
+    template <class Kind, class Docs, class Lengths, class Args>
+    std::pair<score_list<O>, kind_backprop<Kind>> forward_as(const Docs& docs, const Lengths& split_lengths,
+                                                             const Args& a, mode m = mode::train)
+    {
+        prepared p = prepare(docs, split_lengths);
+        const auto args = Kind::document_args(p, split_lengths, a);
+        // Paid out of the batcher's budget: the per-split arguments.
+        return forward_kind<Kind>(std::move(p), split_lengths, Kind::args_bytes(args), [&](const auto& seq) {
+            return Kind::forward(inner_, seq, Kind::args_of(args), m);
+        });
     }
 
     /// Convenience: heads backprop from owning per-split `[n, o]` arrays.
@@ -365,11 +393,8 @@ private:
                                               dY.size()));
             }
             for (std::size_t k = 0; k < n_splits; ++k) {
-                if constexpr (Kind::heads) {
-                    detail::check_head_grad("with_splits backprop", k, dY[k], lengths[k], o);
-                } else {
-                    detail::check_score_grad("with_splits backprop", k, dY[k], lengths[k], o, p.document_of(k));
-                }
+                Kind::template check_document_grad<O>("with_splits backprop", k, dY[k], lengths[k], o,
+                                                      p.document_of(k));
             }
             return backprop_documents(p, lengths, n_in, [&](span<const seq_view<T>> slots) { inner_bp(dY, slots); });
         });
@@ -418,61 +443,6 @@ private:
         }
         inner(span<const seq_view<T>>(slots.data(), n_splits));
         return dX;
-    }
-
-    template <class V>
-    static span<const typename V::value_type> span_of(const V& v)
-    {
-        return span<const typename V::value_type>(v.data(), v.size());
-    }
-
-    // Tracked bytes of the per-split heads spans (alive for the whole call).
-    template <class Lists>
-    static std::uint64_t heads_bytes(const Lists& lists) noexcept
-    {
-        return static_cast<std::uint64_t>(lists.size()) * sizeof(typename Lists::value_type);
-    }
-
-    // Split k's heads as a span into its document's heads, every index
-    // checked (document, split inside it, token). Heads of one document are
-    // one contiguous range of any integer type.
-    template <class Lengths, class Heads>
-    auto split_heads(const prepared& p, const Lengths& split_lengths, const Heads& heads) const
-    {
-        using E = std::remove_cv_t<std::remove_reference_t<decltype(*std::data(*std::begin(heads)))>>;
-        static_assert(std::is_integral<E>::value, "with_splits: heads must be integers");
-        const std::size_t n_docs = p.docs.size();
-        if (detail::range_size(heads) != n_docs) {
-            throw head_error(detail::msg("with_splits: ", n_docs, " documents but ", detail::range_size(heads),
-                                         " lists of heads"));
-        }
-        tracked_vector<span<const E>> lists;
-        lists.reserve(p.first.back());
-        auto hit = std::begin(heads);
-        std::size_t d = 0;
-        for (const auto& ls : split_lengths) {
-            const auto& hd = *hit;
-            const std::size_t got = static_cast<std::size_t>(std::size(hd));
-            if (got != p.docs[d].rows) {
-                throw head_error(detail::msg("with_splits: document ", d, ": ", got, " heads for ", p.docs[d].rows,
-                                             " tokens"));
-            }
-            std::size_t row = 0;
-            for (const auto& len : ls) {
-                const auto n = static_cast<std::size_t>(len);
-                lists.push_back(span<const E>(std::data(hd) + row, n));
-                row += n;
-            }
-            ++hit;
-            ++d;
-        }
-        detail::check_heads(
-            "with_splits", lists.size(), lists, [&](std::size_t k) { return lists[k].size(); },
-            [&](std::size_t k) {
-                const std::size_t doc = p.document_of(k);
-                return detail::msg("document ", doc, ", split ", k - p.first[doc]);
-            });
-        return lists;
     }
 
     template <class Docs, class Lengths>

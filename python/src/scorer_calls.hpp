@@ -238,8 +238,9 @@ inline py::object ml_dtypes_bfloat16(const char* where)
 // they go out as uint16 arrays of the bits. Not a scorer_with_output<float,
 // bfloat16>: that is another object with parameters of its own, where this
 // one's are the numpy views Python writes.
-template <bool Heads>
-py::list predict_bfloat16(scorer_t<float>& s, call_args<float>& a, output_dtype out, const char* where)
+template <class Kind, class Args>
+py::list predict_bfloat16(scorer_t<float>& s, call_args<float>& a, const Args& args, output_dtype out,
+                          const char* where)
 {
     using biaffine::bfloat16;
     // Before the work: a missing ml_dtypes fails the call, not its end.
@@ -251,21 +252,12 @@ py::list predict_bfloat16(scorer_t<float>& s, call_args<float>& a, output_dtype 
         py::gil_scoped_release release;
         with_model(s, a.o, [&](auto& m) {
             const std::size_t o = s.labels();
-            if constexpr (Heads) {
-                m->predict_heads_stream(a.dv.maps, a.ls, a.hs,
-                                        [&](std::size_t k, std::size_t, biaffine::seq_view<const float> v) {
-                                            Y[k] = biaffine::score_tensor<bfloat16>({v.rows, o});
-                                            const auto ld = static_cast<std::ptrdiff_t>(o);
-                                            biaffine::convert_output(
-                                                biaffine::seq_view<bfloat16>{Y[k].data(), v.rows, o, ld, 1}, v);
-                                        });
-            } else {
-                m->predict_stream(a.dv.maps, a.ls, [&](std::size_t k, std::size_t, biaffine::score_view<const float> v) {
-                    Y[k] = biaffine::score_tensor<bfloat16>(s.score_shape(v.n));
-                    const auto ld = static_cast<std::ptrdiff_t>(v.n * o);
-                    biaffine::convert_output(biaffine::score_view<bfloat16>{Y[k].data(), v.n, o, ld}, v);
+            m->template predict_stream_as<Kind>(
+                a.dv.maps, a.ls, args, [&](std::size_t k, std::size_t, typename Kind::template view<const float> v) {
+                    const std::size_t n = Kind::tokens(v);
+                    Y[k] = Kind::template new_output<bfloat16>(n, o);
+                    biaffine::convert_output(Kind::dense(Y[k].data(), n, o), v);
                 });
-            }
             return 0;
         });
     }
@@ -284,7 +276,7 @@ py::list predict(py::object self, const py::handle& docs, const py::handle& leng
     const output_dtype out = read_output<T>(output, "predict");
     call_args<T> a("predict", docs, lengths, nullptr, budget, threads, buffer, oversize, pad);
     if constexpr (std::is_same<T, float>::value) {
-        if (out != output_dtype::own) return predict_bfloat16<false>(s, a, out, "predict");
+        if (out != output_dtype::own) return predict_bfloat16<biaffine::full_scores_kind>(s, a, biaffine::no_heads{}, out, "predict");
     }
     biaffine::score_list<T> Y;
     {
@@ -442,7 +434,7 @@ py::list predict_heads(py::object self, const py::handle& docs, const py::handle
     const output_dtype out = read_output<T>(output, "predict_heads");
     call_args<T> a("predict_heads", docs, lengths, &heads, budget, threads, buffer, oversize, pad);
     if constexpr (std::is_same<T, float>::value) {
-        if (out != output_dtype::own) return predict_bfloat16<true>(s, a, out, "predict_heads");
+        if (out != output_dtype::own) return predict_bfloat16<biaffine::labels_at_heads_kind>(s, a, a.hs, out, "predict_heads");
     }
     biaffine::score_list<T> Y;
     {
@@ -479,30 +471,24 @@ void predict_heads_stream(py::object self, const py::handle& docs, const py::han
     });
 }
 
-// forward (Heads = false) and forward_heads (true): (Y, backprop).
-template <class T, bool Heads>
-py::tuple forward_any(py::object self, const py::handle& docs, const py::handle& lengths, const py::handle& heads,
-                      bool train, const py::object& budget, long long threads, long long buffer,
-                      const std::string& oversize, bool pad)
+// forward (Kind = full_scores_kind) and forward_heads (labels_at_heads_kind,
+// `args_of(a)` the heads): (Y, backprop). `heads`: null for a kind without.
+template <class T, class Kind, class ArgsOf>
+py::tuple forward_any(py::object self, const char* where, const py::handle& docs, const py::handle& lengths,
+                      const py::handle* heads, ArgsOf&& args_of, bool train, const py::object& budget,
+                      long long threads, long long buffer, const std::string& oversize, bool pad)
 {
-    using View = std::conditional_t<Heads, biaffine::seq_view<const T>, biaffine::score_view<const T>>;
+    using View = typename Kind::template view<const T>;
     using bp_t = py_backprop<T, View>;
-    const char* where = Heads ? "forward_heads" : "forward";
     auto& s = called_scorer<T>(self, true);
-    call_args<T> a(where, docs, lengths, Heads ? &heads : nullptr, budget, threads, buffer, oversize, pad);
+    call_args<T> a(where, docs, lengths, heads, budget, threads, buffer, oversize, pad);
     const biaffine::mode md = train ? biaffine::mode::train : biaffine::mode::eval;
     biaffine::score_list<T> Y;
     typename bp_t::fn fn;
     {
         py::gil_scoped_release release;
         with_model(s, a.o, [&](auto& m) {
-            auto [y, bp] = [&] {
-                if constexpr (Heads) {
-                    return m->forward_heads(a.dv.maps, a.ls, a.hs, md);
-                } else {
-                    return m->forward(a.dv.maps, a.ls, md);
-                }
-            }();
+            auto [y, bp] = m->template forward_as<Kind>(a.dv.maps, a.ls, args_of(a), md);
             Y = std::move(y);
             // The callback keeps the layer composition (and, through py_backprop,
             // the documents and the scorer) alive until it has run.
@@ -522,8 +508,9 @@ template <class T>
 py::tuple forward(py::object self, const py::handle& docs, const py::handle& lengths, bool train,
                   const py::object& budget, long long threads, long long buffer, const std::string& oversize, bool pad)
 {
-    return forward_any<T, false>(std::move(self), docs, lengths, py::none(), train, budget, threads, buffer, oversize,
-                                 pad);
+    return forward_any<T, biaffine::full_scores_kind>(
+        std::move(self), "forward", docs, lengths, nullptr, [](const call_args<T>&) { return biaffine::no_heads{}; },
+        train, budget, threads, buffer, oversize, pad);
 }
 
 template <class T>
@@ -531,7 +518,9 @@ py::tuple forward_heads(py::object self, const py::handle& docs, const py::handl
                         bool train, const py::object& budget, long long threads, long long buffer,
                         const std::string& oversize, bool pad)
 {
-    return forward_any<T, true>(std::move(self), docs, lengths, heads, train, budget, threads, buffer, oversize, pad);
+    return forward_any<T, biaffine::labels_at_heads_kind>(
+        std::move(self), "forward_heads", docs, lengths, &heads,
+        [](const call_args<T>& a) -> const auto& { return a.hs; }, train, budget, threads, buffer, oversize, pad);
 }
 
 // The bench's C++ side (bench/python_vs_cpp.py): the same call as the

@@ -9,8 +9,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "biaffine/detail/checked.hpp"
 #include "biaffine/errors.hpp"
@@ -18,6 +20,21 @@
 
 BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
+
+// Elements of any range.
+template <class R>
+std::size_t range_size(const R& r)
+{
+    return static_cast<std::size_t>(std::distance(std::begin(r), std::end(r)));
+}
+
+// `[a, b, ...]`, for messages.
+inline std::string shape_str(const std::vector<std::size_t>& s)
+{
+    std::string r = "[";
+    for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+    return r + "]";
+}
 
 /// Checks the heads of `count` splits against their lengths: one list per
 /// split, `rows_of(k)` entries, each in `0..rows_of(k) - 1`. `where(k)`

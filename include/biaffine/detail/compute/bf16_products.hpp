@@ -94,19 +94,13 @@ struct bf16_products {
         }
         const std::size_t G = forward::capacity(d, N, max_n);
         scratch<unsigned char> s(to_index_size(forward::scratch_bytes(d, G, max_n), "bf16 scratch"));
-        scratch<std::size_t> heads(Kind::heads ? max_n : 0);
+        scratch<std::size_t> heads(Kind::gathers_rows ? max_n : 0);
         forward::run(
             p, [&](std::size_t k) { return read_only(X[k]); }, X.size(), s.data(), G,
             [&](std::size_t k, const D* vb, const D* tb, float* packed) {
                 const std::size_t n = X[k].rows;
                 auto y = dest(k, n);
-                if constexpr (Kind::heads) {
-                    for (std::size_t m = 0; m < n; ++m) heads[m] = static_cast<std::size_t>(H[k][m]);
-                    forward::head_scores(d, vb, tb, heads.data(), y);
-                } else {
-                    (void)H;
-                    forward::split_scores(d, vb, tb, packed, y);
-                }
+                Kind::template bf16_product<forward>(d, vb, tb, H, k, heads.data(), packed, y);
                 done(k, y);
             });
     }
@@ -120,7 +114,7 @@ struct bf16_products {
         const char* what = "batch cost";
         const std::size_t G = forward::capacity(d, checked_mul(count, max_len, what), max_len);
         return checked_add(scratch_bytes<unsigned char>(forward::scratch_bytes(d, G, max_len)),
-                           scratch_bytes<std::size_t>(Kind::heads ? max_len : 0), what);
+                           scratch_bytes<std::size_t>(Kind::gathers_rows ? max_len : 0), what);
     }
 
 private:

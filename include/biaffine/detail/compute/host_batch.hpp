@@ -7,7 +7,8 @@
 // of a batch's splits and the projections, dropout on the activations, the
 // per-split loop of each output kind (full scores through bilinear_scores /
 // split_scores, labels at heads through head_scores) with its softmax and
-// the copy of outputs kept for backward, and the same loop backward. A
+// the copy of outputs kept for backward, and the same loop backward; each
+// kind's product is the kind's (detail/output_kind.hpp), on Ops. A
 // device backend implements these batch-level operations itself (one
 // grouped call where this layer loops; tests/cuda/backend_skeleton.cu).
 //
@@ -151,12 +152,14 @@ struct fp32_products {
         scratch<std::size_t> off(count + 1);
         const std::size_t N = split_offsets(X, off.data());
         const std::size_t max_n = max_split_rows(off.data(), count);
-        scratch<std::size_t> rows(Kind::heads ? N : 0);
-        if constexpr (Kind::heads) split_head_rows(X, H, off.data(), rows.data());
+        // A kind that gathers rows of T reads them anywhere in the batch: T for
+        // every row, and no packed block for its product.
+        scratch<std::size_t> rows(Kind::gathers_rows ? N : 0);
+        Kind::fill_rows(X, H, off.data(), rows.data());
         scratch<T> u(packed_count<T>("packed U", N, d.hu()));
         scratch<T> v(packed_count<T>("packed V", N, d.hv()));
-        scratch<T> t(packed_count<T>("packed T", Kind::heads ? N : be.eval_t_rows(N, max_n), o, d.hv()));
-        scratch<T> packed(be.packed_elements(Kind::heads ? 0 : max_n));
+        scratch<T> t(packed_count<T>("packed T", Kind::gathers_rows ? N : be.eval_t_rows(N, max_n), o, d.hv()));
+        scratch<T> packed(be.packed_elements(Kind::gathers_rows ? 0 : max_n));
         be.project(X, off.data(), N, u.data(), v.data(), packed.data());
         be.template score_outputs<Kind>(u.data(), v.data(), off.data(), count, rows.data(), t.data(), false, false,
                                         packed.data(), dest, [](std::size_t) { return static_cast<T*>(nullptr); },
@@ -177,12 +180,12 @@ struct fp32_products {
         const std::uint64_t v = scratch_bytes<T>(checked_mul(rows, d.hv(), what));
         const std::uint64_t t = scratch_bytes<T>(checked_product(what, rows, o, d.hv()));
         const std::uint64_t offsets = scratch_bytes<std::size_t>(checked_add(count, 1, what));
-        const std::uint64_t head_rows = Kind::heads ? scratch_bytes<std::size_t>(rows) : 0;
+        const std::uint64_t head_rows = Kind::gathers_rows ? scratch_bytes<std::size_t>(rows) : 0;
         const std::uint64_t eval_t =
-            Kind::heads ? t
-                        : scratch_bytes<T>(checked_product(what, be.eval_t_rows(to_index_size(rows, what), max_len),
-                                                           o, d.hv()));
-        const std::uint64_t packed = scratch_bytes<T>(be.packed_elements(Kind::heads ? 0 : max_len));
+            Kind::gathers_rows ? t
+                               : scratch_bytes<T>(checked_product(
+                                     what, be.eval_t_rows(to_index_size(rows, what), max_len), o, d.hv()));
+        const std::uint64_t packed = scratch_bytes<T>(be.packed_elements(Kind::gathers_rows ? 0 : max_len));
         return checked_add(checked_add(checked_add(offsets, head_rows, what), checked_add(input, packed, what), what),
                            checked_add(checked_add(u, v, what), eval_t, what), what);
     }
@@ -305,14 +308,15 @@ public:
         Products::left(d_, e->w, e->packed, u, N, t, packed);
     }
 
-    /// Every split's output of one kind from the packed activations: full
-    /// scores take T a group of splits at a time (Ops::bilinear_scores, T
-    /// kept for every row when `keep_t`), labels at given heads take T for
-    /// every row first (they read it at the heads, anywhere in the batch;
-    /// head_rows [N] is the packed row of each token's head). Split k's
-    /// output goes into `dest(k, n)`; then, with `softmax`, it is
-    /// normalised; a non-null `keep(k)` gets a dense copy (what backward
-    /// reads); then `each(k, y)`.
+    /// Every split's output of one kind from the packed activations, each
+    /// by the kind's product (Kind::product on Ops): a kind that reads only
+    /// its split's rows of T takes T a group of splits at a time
+    /// (Ops::bilinear_scores, T kept for every row when `keep_t`); one that
+    /// gathers rows (Kind::gathers_rows: labels at given heads) takes T for
+    /// every row first, head_rows [N] naming the packed row each token
+    /// reads. Split k's output goes into `dest(k, n)`; then, with `softmax`,
+    /// it is normalised; a non-null `keep(k)` gets a dense copy (what
+    /// backward reads); then `each(k, y)`.
     template <class Kind, class Dest, class Keep, class Each>
     void score_outputs(const T* u, const T* v, const std::size_t* off, std::size_t count,
                        const std::size_t* head_rows, T* t, bool keep_t, bool softmax, T* packed, Dest&& dest,
@@ -324,13 +328,16 @@ public:
             if (T* kept = keep(k)) Kind::copy(Kind::read_only(y), kept);
             each(k, y);
         };
-        if constexpr (Kind::heads) {
+        if constexpr (Kind::gathers_rows) {
             const std::size_t N = off[count];
             bilinear_left(u, N, t, packed);
             for (std::size_t k = 0; k < count; ++k) {
                 const std::size_t n = off[k + 1] - off[k];
-                seq_view<T> y = dest(k, n);
-                if (n != 0) Ops::head_scores(const_row_block(v + off[k] * hv, n, hv), t, head_rows + off[k], o, y);
+                auto y = dest(k, n);
+                if (n != 0) {
+                    Kind::template product<Ops>(const_row_block(v + off[k] * hv, n, hv), static_cast<const T*>(t),
+                                                head_rows + off[k], o, y, packed);
+                }
                 finish(k, y);
             }
         } else {
@@ -339,8 +346,9 @@ public:
                 const std::size_t n = off[k + 1] - off[k];
                 prefetch_ahead(k, count,
                                [&](std::size_t j) { prefetch_rows(v + off[j] * hv, (off[j + 1] - off[j]) * hv); });
-                score_view<T> s = dest(k, n);
-                Ops::split_scores(const_row_block(v + off[k] * hv, n, hv), t_rows, o, s, rest);
+                auto s = dest(k, n);
+                Kind::template product<Ops>(const_row_block(v + off[k] * hv, n, hv), t_rows,
+                                            static_cast<const std::size_t*>(nullptr), o, s, rest);
                 finish(k, s);
             };
             // With only empty splits (t may be null then) each split is
@@ -388,20 +396,21 @@ public:
         scratch<T> converted(convert ? packed_count<T>("split gradient", Kind::elements(max_split_rows(off, count), o,
                                                                                           "split gradient"), 1)
                                      : 0);
-        // Several dependents may share a head: dT accumulates.
-        if (Kind::heads && N != 0) row_block(dt, N, o * hv).setZero();
+        // Several tokens may gather one row (dependents sharing a head): dT accumulates.
+        if (Kind::gathers_rows && N != 0) row_block(dt, N, o * hv).setZero();
         for (std::size_t k = 0; k < count; ++k) {
             const std::size_t n = off[k + 1] - off[k];
-            if (Kind::heads && n == 0) continue;
-            if constexpr (!Kind::heads) {
+            if (Kind::gathers_rows && n == 0) continue;
+            if constexpr (!Kind::gathers_rows) {
                 // A later split's operands, while this one computes: they
                 // come from memory (kept since the forward, or the
                 // caller's), and the loop took 7% less time with the next
                 // one's prefetched (100k tokens, o = 1, AMD EPYC Zen 5,
                 // three alternated runs); see BIAFFINE_PREFETCH_SPLITS_AHEAD
                 // for the distance.
-                prefetch_ahead(k, count,
-                               [&](std::size_t j) { prefetch_split(off, j, v, t, dY[j], softmax ? kept(j) : nullptr); });
+                prefetch_ahead(k, count, [&](std::size_t j) {
+                    prefetch_split<Kind>(off, j, v, t, dY[j], softmax ? kept(j) : nullptr);
+                });
             }
             typename Kind::template view<const T> g;
             if constexpr (convert) {
@@ -412,16 +421,17 @@ public:
                 g = dY[k];
             }
             const auto va = const_row_block(v + off[k] * hv, n, hv);
+            // The kind's rows of T (and dT): all of them where it gathers
+            // rows, else the split's own.
+            const T* tk = Kind::gathers_rows ? t : t + off[k] * o * hv;
+            T* dtk = Kind::gathers_rows ? dt : dt + off[k] * o * hv;
+            const std::size_t* rk = Kind::gathers_rows ? head_rows + off[k] : nullptr;
             if (softmax) {
                 const T* keep = kept(k);
                 auto y = Kind::dense(keep, n, o);
                 if (keep == nullptr) {
                     const auto yt = Kind::dense(y_tmp, n, o);
-                    if constexpr (Kind::heads) {
-                        Ops::head_scores(va, t, head_rows + off[k], o, yt);
-                    } else {
-                        Ops::split_scores(va, t + off[k] * o * hv, o, yt, packed);
-                    }
+                    Kind::template product<Ops>(va, tk, rk, o, yt, packed);
                     Kind::softmax(yt);
                     y = Kind::read_only(yt);
                 }
@@ -429,12 +439,7 @@ public:
                 Kind::template softmax_backward<T>(y, g, d);
                 g = Kind::read_only(d);
             }
-            const auto dva = row_block(dv + off[k] * hv, n, hv);
-            if constexpr (Kind::heads) {
-                Ops::head_scores_backward(va, t, head_rows + off[k], o, g, dva, dt);
-            } else {
-                Ops::split_scores_backward(va, t + off[k] * o * hv, o, g, dva, dt + off[k] * o * hv, packed);
-            }
+            Kind::template product_backward<Ops>(va, tk, rk, o, g, row_block(dv + off[k] * hv, n, hv), dtk, packed);
         }
     }
 
@@ -459,20 +464,23 @@ private:
 
 
     // Prefetches split k's rows of V and T, its kept softmax outputs and its
-    // score gradient g: the first 16 KiB of each, so that with many labels
+    // output gradient g: the first 16 KiB of each, so that with many labels
     // (T's rows of a 100-token split at 50 labels: 2.6 MB) the prefetches do
     // not push the current split's operands out of L2.
-    template <class G>
-    void prefetch_split(const std::size_t* off, std::size_t k, const T* v, const T* t, const score_view<const G>& g,
+    template <class Kind, class G>
+    void prefetch_split(const std::size_t* off, std::size_t k, const T* v, const T* t, const G& g,
                         const T* kept) const
     {
         constexpr std::size_t most = (16 << 10) / sizeof(T);  // T's count for g too: a bound, not a size
         const std::size_t n = off[k + 1] - off[k], o = d_.labels, hv = d_.hv();
+        if (n == 0) return;
+        const auto elements = static_cast<std::size_t>(Kind::elements(n, o, "prefetch"));
+        const std::size_t row = elements / n;  // one token's output
         prefetch_rows(v + off[k] * hv, std::min(most, n * hv));
         prefetch_rows(t + off[k] * o * hv, std::min(most, n * o * hv));
-        if (kept != nullptr) prefetch_rows(kept, std::min(most, n * n * o));
-        for (std::size_t i = 0, done = 0; i < n && done < most; ++i, done += n * o) {
-            prefetch_rows(g.data + static_cast<std::ptrdiff_t>(i) * g.row_stride, n * o);
+        if (kept != nullptr) prefetch_rows(kept, std::min(most, elements));
+        for (std::size_t i = 0, done = 0; i < n && done < most; ++i, done += row) {
+            prefetch_rows(g.data + static_cast<std::ptrdiff_t>(i) * g.row_stride, row);
         }
     }
 

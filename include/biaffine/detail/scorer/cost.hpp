@@ -22,10 +22,11 @@ batch_cost biaffine_scorer<T, Backend, Out>::cost(std::size_t count, std::size_t
     return kind_cost<detail::full_scores_kind>(count, max_len, m);
 }
 
-// The cost of a batch for one output kind (detail/output_kind.hpp): full
-// scores hold T a group of splits at a time in inference and give the
-// backend a packed block for a split's products; labels at given heads hold
-// T for every row and the packed row of each token's head.
+// The cost of a batch for one output kind (detail/output_kind.hpp): a kind
+// that reads only its split's rows of T (full scores) holds T a group of
+// splits at a time in inference and gives the backend a packed block for a
+// split's products; one that gathers rows (labels at given heads) holds T
+// for every row and the packed row each token reads.
 template <class T, class Backend, class Out>
 template <class Kind>
 batch_cost biaffine_scorer<T, Backend, Out>::kind_cost(std::size_t count, std::size_t max_len, mode m) const
@@ -49,10 +50,11 @@ batch_cost biaffine_scorer<T, Backend, Out>::kind_cost(std::size_t count, std::s
     const std::uint64_t t = scratch_bytes<T>(detail::checked_product(what, rows, o, hv()));
     const std::uint64_t uvt = checked_add(checked_add(u, v, what), t, what);
     const std::uint64_t offsets = scratch_bytes<std::size_t>(checked_add(count, 1, what));
-    // The packed row of each token's head (labels at given heads).
-    const std::uint64_t head_rows = Kind::heads ? checked_mul(rows, sizeof(std::size_t), what) : 0;
-    // The longest split a backend product sees (labels at heads: none).
-    const std::size_t split_len = Kind::heads ? 0 : max_len;
+    // The packed row each token reads (a kind that gathers rows).
+    const std::uint64_t head_rows = Kind::gathers_rows ? checked_mul(rows, sizeof(std::size_t), what) : 0;
+    // The longest split a backend product sees in the packed block (none
+    // where the kind gathers rows).
+    const std::size_t split_len = Kind::gathers_rows ? 0 : max_len;
     // One split's output: predict_stream's buffer (Out), or in training one
     // split's dS (and its recomputed output).
     const std::uint64_t one = scratch_bytes<T>(Kind::elements(max_len, o, what));
@@ -80,22 +82,29 @@ batch_cost biaffine_scorer<T, Backend, Out>::kind_cost(std::size_t count, std::s
     // softmax) has no dS, no recomputed outputs and keeps no copy of them.
     const bool softmax = softmax_in(m);
     const std::uint64_t one_ds = softmax ? one : 0;
+    // The split views, their count + 1 row offsets (and the rows each token reads).
     const std::uint64_t views = checked_add(
-        checked_mul(count, sizeof(seq_view<const T>) + sizeof(std::size_t), what), head_rows, what);
+        checked_add(checked_mul(count, sizeof(seq_view<const T>) + sizeof(std::size_t), what), sizeof(std::size_t),
+                    what),
+        head_rows, what);
     const std::uint64_t packed = scratch_bytes<T>(train_packed_elements(split_len, detail::to_index_size(rows, what)));
     // Converting backward: one split's dY in T (the backend's loop converts
     // them one at a time; the forward's one split of T is no more).
     const std::uint64_t convert_dy = convert_one;
-    // Full scores' backward also counts the offsets (as it always has: an
-    // upper bound the tests hold it to).
+    // Backward of a kind that reads its split's rows also counts the
+    // offsets (as full scores always have: an upper bound the tests hold it to).
     const std::uint64_t backward = checked_add(
-        checked_add(checked_add(checked_add(uvt, one_ds, what), checked_add(input, Kind::heads ? 0 : offsets, what),
+        checked_add(checked_add(checked_add(uvt, one_ds, what), checked_add(input, Kind::gathers_rows ? 0 : offsets, what),
                                 what),
                     packed, what),
         convert_dy, what);
-    // The kept softmax outputs are T, whatever the output type.
+    // The kept softmax outputs are T, whatever the output type (and, for a
+    // kind whose outputs are laid out split by split, their count + 1 offsets).
+    const std::uint64_t y_off = Kind::per_row ? 0 : checked_mul(checked_add(count, 1, what), sizeof(std::size_t), what);
     const std::uint64_t kept_y =
-        softmax ? detail::checked_product(what, Kind::elements(max_len, o, what), count, sizeof(T)) : 0;
+        softmax ? checked_add(detail::checked_product(what, Kind::elements(max_len, o, what), count, sizeof(T)), y_off,
+                              what)
+                : 0;
     if (cfg_.recompute_in_backward) {
         c.saved = views;
         c.scratch = checked_add(backward, checked_add(uvt, one_ds, what), what);
@@ -109,15 +118,26 @@ batch_cost biaffine_scorer<T, Backend, Out>::kind_cost(std::size_t count, std::s
 template <class T, class Backend, class Out>
 batch_cost biaffine_scorer<T, Backend, Out>::padded_cost(std::size_t count, std::size_t max_len, mode m) const
 {
-    batch_cost c = cost(count, max_len, m);
-    const std::uint64_t views = detail::checked_mul(count, sizeof(seq_view<const T>), "batch cost");
-    c.heap = detail::checked_add(c.heap, views, "batch cost");
+    return padded_cost_as<detail::full_scores_kind>(count, max_len, m);
+}
+
+// The padded interface's cost of a kind: its split cost, the per-sequence
+// views (and the kind's padded arguments) as heap; training keeps the
+// lengths and builds per-sequence gradient views in backward.
+template <class T, class Backend, class Out>
+template <class Kind>
+batch_cost biaffine_scorer<T, Backend, Out>::padded_cost_as(std::size_t count, std::size_t max_len, mode m) const
+{
+    const char* what = "batch cost";
+    batch_cost c = kind_cost<Kind>(count, max_len, m);
+    const std::uint64_t views = detail::checked_mul(count, sizeof(seq_view<const T>), what);
+    c.heap = detail::checked_add(c.heap, detail::checked_add(views, Kind::padded_args_bytes(count, max_len), what),
+                                 what);
     if (m == mode::train) {
         const std::uint64_t grads =
-            detail::checked_mul(count, sizeof(score_view<const T>) + sizeof(seq_view<T>), "batch cost");
-        c.saved = detail::checked_add(c.saved, detail::checked_mul(count, sizeof(std::size_t), "batch cost"),
-                                      "batch cost");
-        c.heap = detail::checked_add(c.heap, grads, "batch cost");
+            detail::checked_mul(count, sizeof(typename Kind::template view<const T>) + sizeof(seq_view<T>), what);
+        c.saved = detail::checked_add(c.saved, detail::checked_mul(count, sizeof(std::size_t), what), what);
+        c.heap = detail::checked_add(c.heap, grads, what);
     }
     return c;
 }

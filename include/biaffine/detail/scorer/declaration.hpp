@@ -35,13 +35,6 @@ BIAFFINE_NAMESPACE_BEGIN
 
 namespace detail {
 
-inline std::string shape_str(const std::vector<std::size_t>& s)
-{
-    std::string r = "[";
-    for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-    return r + "]";
-}
-
 // The scorer's parameter version: atomic, since parameters_changed() may
 // run while predict* calls read it; a copy starts at the copied value.
 struct version_counter {
@@ -116,8 +109,7 @@ public:
     using heads_backprop_type = split_heads_backprop<T, Out>;
     /// Callback of forward_padded(): dy `[b, L, L(, o)]` in, dx `[b, L, n_in]` out.
     using padded_backprop_type = backprop_fn<tensor<T, 3>(const score_array<Out>&)>;
-    /// Both split backprops write every element of every dX slot (see
-    /// detail::writes_every_slot).
+    /// Both split backprops write every dX slot whole (detail::writes_every_slot).
     static constexpr bool writes_every_slot = true;
 
     /// Allocates and initialises the parameters from `cfg.seed`: Xavier-uniform
@@ -281,7 +273,7 @@ public:
     /// Training (or eval-mode) forward over a split list: the scores and a
     /// callback that, given per-split score gradients, writes per-split input
     /// gradients and accumulates every parameter gradient. The splits' data
-    /// must stay alive until the callback has run (views are kept, not copies).
+    /// must outlive the callback (views are kept, not copies).
     template <class Items>
     std::pair<score_list<Out>, backprop_type> forward(const Items& X, mode m = mode::train);
 
@@ -358,6 +350,35 @@ public:
     std::pair<score_array<Out>, padded_backprop_type> forward_padded(const X3& x, const Lengths& lengths,
                                                                    mode m = mode::train);
 
+    // ---- any output kind (detail/output_kind.hpp) with its arguments `a` (heads, or detail::no_heads{})
+
+    /// Callback of forward_as<Kind>(): per-split gradients of Kind's view.
+    template <class Kind>
+    using kind_backprop =
+        backprop_fn<void(span<const typename Kind::template view<const Out>>, span<const seq_view<T>>)>;
+    template <class Kind>
+    batch_cost cost_as(std::size_t count, std::size_t max_len, mode m = mode::eval) const  ///< cost() of Kind
+    {
+        return kind_cost<Kind>(count, max_len, m);
+    }
+    /// predict(), predict_stream(), predict_stream_into() and forward() of Kind.
+    template <class Kind, class Items, class Args>
+    score_list<Out> predict_as(const Items& X, const Args& a) const;
+    template <class Kind, class Items, class Args, class Sink>
+    void predict_stream_as(const Items& X, const Args& a, Sink&& sink) const;
+    template <class Kind, class Items, class Args, class Dest, class Sink>
+    void predict_stream_into_as(const Items& X, const Args& a, Dest&& dest, Sink&& sink) const;
+    template <class Kind, class Items, class Args>
+    std::pair<score_list<Out>, kind_backprop<Kind>> forward_as(const Items& X, const Args& a, mode m = mode::train);
+    /// padded_cost(), predict_padded() and forward_padded() of Kind.
+    template <class Kind>
+    batch_cost padded_cost_as(std::size_t count, std::size_t max_len, mode m = mode::eval) const;
+    template <class Kind, class X3, class Lengths, class Args>
+    score_array<Out> predict_padded_as(const X3& x, const Lengths& lengths, const Args& a) const;
+    template <class Kind, class X3, class Lengths, class Args>
+    std::pair<score_array<Out>, padded_backprop_type> forward_padded_as(const X3& x, const Lengths& lengths,
+                                                                      const Args& a, mode m = mode::train);
+
 private:
     template <class P, class Self>
     static std::vector<basic_parameter<P>> all_parameters(Self& s)
@@ -370,7 +391,6 @@ private:
                 p("dependent_bias", s.bd_, s.dbd_), p("bilinear_weight", s.w_, s.dw_)};
     }
 
-    // What the compute backend sees of this scorer.
     detail::scorer_dims dims() const noexcept
     {
         return {cfg_.n_in, cfg_.hidden, cfg_.labels, cfg_.bias_u, cfg_.bias_v,
@@ -486,7 +506,6 @@ private:
     }
 
     // detail/scorer/forward.hpp
-    score_tensor<Out> new_scores(std::size_t n) const;
     template <class Items>
     void check_items(const Items& X) const;
     template <class Items>
@@ -495,12 +514,8 @@ private:
     template <class Items>
     void forward_activations(const Items& X, const std::size_t* off, std::size_t N, bool drop, std::uint64_t seed,
                              T* u, T* v, T* t, T* packed) const;
-    // One path per output kind (detail/output_kind.hpp): Kind is
-    // full_scores_kind or labels_at_heads_kind, H the heads (no_heads{} for
-    // full scores).
-    template <class Kind>
-    using kind_backprop =
-        backprop_fn<void(span<const typename Kind::template view<const Out>>, span<const seq_view<T>>)>;
+    // One path per output kind (detail/output_kind.hpp), H its arguments
+    // (the heads; no_heads{} for full scores).
     template <class Kind>
     std::size_t kept_output_offset(const saved_batch& sb, std::size_t k) const noexcept;
     template <class Kind, class Items, class Heads, class Dest, class Done>
@@ -518,15 +533,6 @@ private:
     template <class Items>
     void begin_saved(const Items& X, mode m, saved_batch& sb);
 
-    // detail/scorer/heads.hpp
-    template <class Items, class Heads>
-    std::size_t fill_head_rows(const Items& X, const Heads& H, std::size_t* off, std::size_t* rows) const;
-    template <class X3, class Lengths, class Heads2>
-    tracked_vector<span<const std::int64_t>> padded_head_lists(const X3& x, const Lengths& lengths,
-                                                               const Heads2& heads,
-                                                               tracked_vector<std::int64_t>& flat) const;
-
-    // Whether a forward in mode m normalises its outputs.
     bool softmax_in(mode m) const noexcept
     {
         return m == mode::train && cfg_.train_outputs == train_output::probabilities;
@@ -539,18 +545,10 @@ private:
     std::size_t train_packed_elements(std::size_t max_len, std::size_t rows) const noexcept;
 
     // detail/scorer/padded.hpp
-    typename score_array<Out>::shape_type padded_shape(std::size_t b, std::size_t L) const;
     template <class X3, class Lengths>
     tracked_vector<seq_view<const T>> padded_views(const X3& x, const Lengths& lengths) const;
-    template <class Views>
-    void fill_padding(score_array<Out>& y, const Views& views, mode m) const;
-    template <class Kind>
-    score_array<Out> new_padded(std::size_t b, std::size_t L) const;
-    template <class Kind, class Views, class Heads>
-    score_array<Out> predict_padded_kind(const Views& views, const Heads& H, std::size_t L) const;
-    template <class Kind, class Views, class Heads>
-    std::pair<score_array<Out>, padded_backprop_type> forward_padded_kind(const Views& views, const Heads& H,
-                                                                        std::size_t L, mode m);
+    template <class O>
+    O padding(mode m) const;  // a padded cell's value
 
     scorer_config cfg_;
     std::mt19937_64 rng_;
@@ -569,6 +567,5 @@ private:
     // backend's (allocated with it, so with the scorer).
     mutable Backend backend_;
 };
-
 
 BIAFFINE_NAMESPACE_END

@@ -24,41 +24,20 @@
 #include "biaffine/workspace.hpp"
 
 BIAFFINE_NAMESPACE_BEGIN
-namespace detail {
-
-// A dense `[n, n, o]` view of one split's owned scores.
-template <class T, class S>
-score_view<T> dense_scores(S& s)
-{
-    const std::size_t n = s.shape()[0];
-    const std::size_t o = s.dimension() == 3 ? s.shape()[2] : 1;
-    return {s.data(), n, o, static_cast<std::ptrdiff_t>(n * o)};
-}
-
-}  // namespace detail
-
 // ------------------------------------------------------------ public calls
 
 template <class T, class Backend, class Out>
 template <class Items>
 score_list<Out> biaffine_scorer<T, Backend, Out>::predict(const Items& X) const
 {
-    score_list<Out> Y;
-    Y.reserve(X.size());
-    for (std::size_t k = 0; k < X.size(); ++k) Y.push_back(new_scores(X[k].rows));
-    predict_into<detail::full_scores_kind>(X, detail::no_heads{},
-                                           [&](std::size_t k, std::size_t) { return detail::dense_scores<Out>(Y[k]); },
-                                           [](std::size_t, score_view<Out>) {});
-    return Y;
+    return predict_as<detail::full_scores_kind>(X, detail::no_heads{});
 }
 
 template <class T, class Backend, class Out>
 template <class Items, class Sink>
 void biaffine_scorer<T, Backend, Out>::predict_stream(const Items& X, Sink&& sink) const
 {
-    const std::size_t max_n = detail::max_item_rows(X);
-    scratch<Out> s(detail::to_index_size(detail::checked_product("stream", max_n, max_n, cfg_.labels), "stream"));
-    predict_stream_into(X, [&](std::size_t, std::size_t) { return s.data(); }, sink);
+    predict_stream_as<detail::full_scores_kind>(X, detail::no_heads{}, sink);
 }
 
 template <class T, class Backend, class Out>
@@ -73,10 +52,53 @@ template <class Items>
 std::pair<score_list<Out>, typename biaffine_scorer<T, Backend, Out>::backprop_type>
 biaffine_scorer<T, Backend, Out>::forward(const Items& X, mode m)
 {
+    return forward_as<detail::full_scores_kind>(X, detail::no_heads{}, m);
+}
+
+// -------------------------------------------------- any output kind
+
+template <class T, class Backend, class Out>
+template <class Kind, class Items, class Args>
+score_list<Out> biaffine_scorer<T, Backend, Out>::predict_as(const Items& X, const Args& a) const
+{
+    const std::size_t o = cfg_.labels;
     score_list<Out> Y;
     Y.reserve(X.size());
-    for (std::size_t k = 0; k < X.size(); ++k) Y.push_back(new_scores(X[k].rows));
-    backprop_type bp = forward_into<detail::full_scores_kind>(X, detail::no_heads{}, m, [&](std::size_t k, std::size_t) { return detail::dense_scores<Out>(Y[k]); });
+    for (std::size_t k = 0; k < X.size(); ++k) Y.push_back(Kind::template new_output<Out>(X[k].rows, o));
+    predict_into<Kind>(
+        X, a, [&](std::size_t k, std::size_t n) { return Kind::dense(Y[k].data(), n, o); },
+        [](std::size_t, const typename Kind::template view<Out>&) {});
+    return Y;
+}
+
+template <class T, class Backend, class Out>
+template <class Kind, class Items, class Args, class Sink>
+void biaffine_scorer<T, Backend, Out>::predict_stream_as(const Items& X, const Args& a, Sink&& sink) const
+{
+    const char* what = "stream";
+    scratch<Out> s(detail::packed_count<Out>(what, Kind::elements(detail::max_item_rows(X), cfg_.labels, what)));
+    stream_into<Kind>(X, a, [&](std::size_t, std::size_t) { return s.data(); }, sink);
+}
+
+template <class T, class Backend, class Out>
+template <class Kind, class Items, class Args, class Dest, class Sink>
+void biaffine_scorer<T, Backend, Out>::predict_stream_into_as(const Items& X, const Args& a, Dest&& dest,
+                                                              Sink&& sink) const
+{
+    stream_into<Kind>(X, a, dest, sink);
+}
+
+template <class T, class Backend, class Out>
+template <class Kind, class Items, class Args>
+std::pair<score_list<Out>, typename biaffine_scorer<T, Backend, Out>::template kind_backprop<Kind>>
+biaffine_scorer<T, Backend, Out>::forward_as(const Items& X, const Args& a, mode m)
+{
+    const std::size_t o = cfg_.labels;
+    score_list<Out> Y;
+    Y.reserve(X.size());
+    for (std::size_t k = 0; k < X.size(); ++k) Y.push_back(Kind::template new_output<Out>(X[k].rows, o));
+    kind_backprop<Kind> bp =
+        forward_into<Kind>(X, a, m, [&](std::size_t k, std::size_t n) { return Kind::dense(Y[k].data(), n, o); });
     return {std::move(Y), std::move(bp)};
 }
 
@@ -95,15 +117,6 @@ void biaffine_scorer<T, Backend, Out>::stream_into(const Items& X, const Heads& 
             return detail::caller_destination<Kind>("scorer stream", static_cast<Out*>(dest(k, n)), k, n, o);
         },
         [&](std::size_t k, typename Kind::template view<Out> y) { sink(k, Kind::read_only(y)); });
-}
-
-// One split's `[n, n(, o)]` output; its size is checked before xtensor
-// multiplies the shape out unchecked.
-template <class T, class Backend, class Out>
-score_tensor<Out> biaffine_scorer<T, Backend, Out>::new_scores(std::size_t n) const
-{
-    detail::to_index_size(detail::checked_product("split scores", n, n, cfg_.labels, sizeof(Out)), "split scores");
-    return score_tensor<Out>(score_shape(n));
 }
 
 template <class T, class Backend, class Out>
@@ -201,24 +214,23 @@ typename biaffine_scorer<T, Backend, Out>::template kind_backprop<Kind> biaffine
     saved_batch sb;
     begin_saved(X, m, sb);
     const std::size_t N = sb.off[count];
-    if constexpr (Kind::heads) {
-        sb.head_rows.resize(N);
-        fill_head_rows(X, H, sb.off.data(), sb.head_rows.data());
-    }
+    if constexpr (Kind::gathers_rows) sb.head_rows.resize(N);
+    Kind::fill_rows(X, H, sb.off.data(), sb.head_rows.data());
     const bool keep_y = sb.softmax && sb.kept;
     std::size_t ys = 0;
     if (keep_y) {
-        if constexpr (Kind::heads) {
-            ys = detail::packed_count<T>("saved labels", N, o);  // split k's at off[k] * o
+        if constexpr (Kind::per_row) {
+            // split k's at off[k] * (one row's elements)
+            ys = detail::packed_count<T>(Kind::saved_name, N, Kind::elements(1, o, Kind::saved_name));
         } else {
             sb.y_off.resize(count + 1);
             std::uint64_t total = 0;
             for (std::size_t k = 0; k < count; ++k) {
                 sb.y_off[k] = static_cast<std::size_t>(total);
-                total = detail::checked_add(total, Kind::elements(sb.off[k + 1] - sb.off[k], o, "saved scores"),
-                                            "saved scores");
+                total = detail::checked_add(total, Kind::elements(sb.off[k + 1] - sb.off[k], o, Kind::saved_name),
+                                            Kind::saved_name);
             }
-            sb.y_off[count] = ys = detail::packed_count<T>("saved scores", total);
+            sb.y_off[count] = ys = detail::packed_count<T>(Kind::saved_name, total);
         }
     }
     // Kept activations (and outputs) are one block that moves into the
@@ -229,7 +241,7 @@ typename biaffine_scorer<T, Backend, Out>::template kind_backprop<Kind> biaffine
     // into dest once the backend has finished it (softmax and kept copy in T).
     scratch<T> buf(converts ? detail::packed_count<T>(Kind::output_name, Kind::elements(max_n, o, Kind::output_name))
                             : 0);
-    scratch<T> packed(be.packed_elements(Kind::heads ? 0 : max_n));
+    scratch<T> packed(be.packed_elements(Kind::gathers_rows ? 0 : max_n));
     be.project(X, sb.off.data(), N, act.u, act.v, packed.data());
     if (sb.drop) be.dropout(cfg_.dropout, sb.seed, act.u, act.v, sb.off.data(), count);
     const auto keep = [&](std::size_t k) {
@@ -258,8 +270,8 @@ template <class T, class Backend, class Out>
 template <class Kind>
 std::size_t biaffine_scorer<T, Backend, Out>::kept_output_offset(const saved_batch& sb, std::size_t k) const noexcept
 {
-    if constexpr (Kind::heads) {
-        return sb.off[k] * cfg_.labels;
+    if constexpr (Kind::per_row) {
+        return sb.off[k] * static_cast<std::size_t>(Kind::elements(1, cfg_.labels, Kind::saved_name));
     } else {
         return sb.y_off[k];
     }
@@ -285,7 +297,7 @@ void biaffine_scorer<T, Backend, Out>::backward(const saved_batch& sb,
     // Recomputed activations (recompute_in_backward) live in scratch.
     activations<const saved_batch> act(*this, sb);
     scratch<T> y_tmp(keep || !sb.softmax ? 0 : n_y);
-    scratch<T> packed(be.train_packed_elements(Kind::heads ? 0 : max_n, N));
+    scratch<T> packed(be.train_packed_elements(Kind::gathers_rows ? 0 : max_n, N));
     act.recompute(*this, sb, packed.data());
     const T *u = act.u, *v = act.v, *t = act.t;
     scratch<T> dt(n_t);

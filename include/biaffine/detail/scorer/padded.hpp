@@ -7,7 +7,6 @@
 
 #include "biaffine/abi.hpp"
 
-#include <algorithm>
 #include <cstddef>
 #include <utility>
 #include <vector>
@@ -24,7 +23,7 @@ template <class T, class Backend, class Out>
 template <class X3, class Lengths>
 score_array<Out> biaffine_scorer<T, Backend, Out>::predict_padded(const X3& x, const Lengths& lengths) const
 {
-    return predict_padded_kind<detail::full_scores_kind>(padded_views(x, lengths), detail::no_heads{}, x.shape()[1]);
+    return predict_padded_as<detail::full_scores_kind>(x, lengths, detail::no_heads{});
 }
 
 template <class T, class Backend, class Out>
@@ -32,49 +31,43 @@ template <class X3, class Lengths>
 std::pair<score_array<Out>, typename biaffine_scorer<T, Backend, Out>::padded_backprop_type>
 biaffine_scorer<T, Backend, Out>::forward_padded(const X3& x, const Lengths& lengths, mode m)
 {
-    return forward_padded_kind<detail::full_scores_kind>(padded_views(x, lengths), detail::no_heads{}, x.shape()[1],
-                                                         m);
+    return forward_padded_as<detail::full_scores_kind>(x, lengths, detail::no_heads{}, m);
 }
 
-// The padded output of a kind, `[b, L, L(, o)]` or `[b, L, o]`, padded cells
-// not yet filled (labels at heads: zeros from the start).
+// The padded output of a kind, `[b, L, L(, o)]` or `[b, L, o]`, its padded
+// cells filled (Kind::fill_padding); the kind's padded arguments `a` become
+// per-sequence ones (Kind::padded_split_args: heads `[b, L]` -> lists).
 template <class T, class Backend, class Out>
-template <class Kind>
-score_array<Out> biaffine_scorer<T, Backend, Out>::new_padded(std::size_t b, std::size_t L) const
+template <class Kind, class X3, class Lengths, class Args>
+score_array<Out> biaffine_scorer<T, Backend, Out>::predict_padded_as(const X3& x, const Lengths& lengths,
+                                                                     const Args& a) const
 {
-    if constexpr (Kind::heads) {
-        const std::size_t o = cfg_.labels;
-        detail::to_index_size(detail::checked_product("padded labels", b, L, o, sizeof(Out)), "padded labels");
-        return xt::zeros<Out>({b, L, o});
-    } else {
-        return score_array<Out>::from_shape(padded_shape(b, L));
-    }
-}
-
-template <class T, class Backend, class Out>
-template <class Kind, class Views, class Heads>
-score_array<Out> biaffine_scorer<T, Backend, Out>::predict_padded_kind(const Views& views, const Heads& H, std::size_t L) const
-{
-    const std::size_t b = views.size(), o = cfg_.labels;
-    score_array<Out> y = new_padded<Kind>(b, L);
+    const auto views = padded_views(x, lengths);
+    tracked_vector<std::int64_t> flat;
+    const auto H = Kind::padded_split_args(x, lengths, a, flat);
+    const std::size_t b = views.size(), L = x.shape()[1], o = cfg_.labels;
+    score_array<Out> y = Kind::template new_padded<Out>(b, L, o);
     predict_into<Kind>(views, H, [&](std::size_t k, std::size_t n) { return Kind::padded(y.data(), k, n, L, o); },
                        [](std::size_t, const auto&) {});
-    if constexpr (!Kind::heads) fill_padding(y, views, mode::eval);
+    Kind::fill_padding(y, views, padding<Out>(mode::eval));
     return y;
 }
 
 // Padded forward of a kind: `([b, L, ...], backprop)`, `backprop(dy)` of the
 // output's shape -> `dx [b, L, n_in]` (zero at padded positions).
 template <class T, class Backend, class Out>
-template <class Kind, class Views, class Heads>
+template <class Kind, class X3, class Lengths, class Args>
 std::pair<score_array<Out>, typename biaffine_scorer<T, Backend, Out>::padded_backprop_type>
-biaffine_scorer<T, Backend, Out>::forward_padded_kind(const Views& views, const Heads& H, std::size_t L, mode m)
+biaffine_scorer<T, Backend, Out>::forward_padded_as(const X3& x, const Lengths& lengths, const Args& a, mode m)
 {
-    const std::size_t b = views.size(), o = cfg_.labels, n_in = cfg_.n_in;
-    score_array<Out> y = new_padded<Kind>(b, L);
+    const auto views = padded_views(x, lengths);
+    tracked_vector<std::int64_t> flat;
+    const auto H = Kind::padded_split_args(x, lengths, a, flat);
+    const std::size_t b = views.size(), L = x.shape()[1], o = cfg_.labels, n_in = cfg_.n_in;
+    score_array<Out> y = Kind::template new_padded<Out>(b, L, o);
     kind_backprop<Kind> inner =
         forward_into<Kind>(views, H, m, [&](std::size_t k, std::size_t n) { return Kind::padded(y.data(), k, n, L, o); });
-    if constexpr (!Kind::heads) fill_padding(y, views, m);
+    Kind::fill_padding(y, views, padding<Out>(m));
     tracked_vector<std::size_t> lens(b);
     for (std::size_t k = 0; k < b; ++k) lens[k] = views[k].rows;
     auto shape = y.shape();
@@ -100,14 +93,6 @@ biaffine_scorer<T, Backend, Out>::forward_padded_kind(const Views& views, const 
         return dx;
     });
     return {std::move(y), std::move(bp)};
-}
-
-template <class T, class Backend, class Out>
-typename score_array<Out>::shape_type biaffine_scorer<T, Backend, Out>::padded_shape(std::size_t b, std::size_t L) const
-{
-    detail::checked_product("padded scores", b, L, L, cfg_.labels, sizeof(Out));
-    if (cfg_.labels == 1) return {b, L, L};
-    return {b, L, L, cfg_.labels};
 }
 
 template <class T, class Backend, class Out>
@@ -139,24 +124,14 @@ tracked_vector<seq_view<const T>> biaffine_scorer<T, Backend, Out>::padded_views
     return views;
 }
 
-// Padded cells: 0 where the output is a softmax (what it gives a masked
-// head), else the mask value (what a masked logit is).
+// What a padded cell holds: 0 where the output is a softmax (what it gives a
+// masked head), else the mask value (what a masked logit is), as T would
+// hold it, converted as the outputs are.
 template <class T, class Backend, class Out>
-template <class Views>
-void biaffine_scorer<T, Backend, Out>::fill_padding(score_array<Out>& y, const Views& views, mode m) const
+template <class O>
+O biaffine_scorer<T, Backend, Out>::padding(mode m) const
 {
-    const std::size_t b = y.shape()[0], L = y.shape()[1], o = cfg_.labels;
-    // The mask as T would hold it, converted as the outputs are.
-    const Out pad = softmax_in(m) ? Out(0) : static_cast<Out>(mask_value<T>());
-    for (std::size_t k = 0; k < b; ++k) {
-        const std::size_t n = views[k].rows;
-        Out* base = y.data() + k * L * L * o;
-        for (std::size_t r = 0; r < L; ++r) {
-            Out* row = base + r * L * o;
-            const std::size_t first = r < n ? n * o : 0;
-            std::fill(row + first, row + L * o, pad);
-        }
-    }
+    return softmax_in(m) ? O(0) : static_cast<O>(mask_value<T>());
 }
 
 BIAFFINE_NAMESPACE_END
