@@ -279,3 +279,44 @@ TEST_CASE("device bytes: 0 on the CPU backends, and summed into the cost like th
     c.device = 16;
     CHECK(c.total() == 31);
 }
+
+namespace {
+
+// A Packed whose pack throws while `fail` is set (an allocation that fails
+// mid-repack); it records the first weight it packed.
+struct failing_pack {
+    static constexpr bool copies = true;
+    static inline bool fail = false;
+    float first = 0.0f;
+    void reserve(const biaffine::detail::scorer_dims&) noexcept {}
+    void pack(const biaffine::detail::scorer_dims&, const biaffine::detail::weights_ref<float>& w)
+    {
+        if (fail) throw std::bad_alloc();
+        first = w.w[0];
+    }
+};
+
+}  // namespace
+
+TEST_CASE("weights_cache: a repack that throws leaves a stale entry, never none, and the next call packs again",
+          "[host_batch]")
+{
+    biaffine::detail::scorer_dims d;
+    d.n_in = 2;
+    d.hidden = 1;
+    std::vector<float> wh(2, 0.5f), bh(1, 0.25f), wd(2, -0.5f), bd(1, 0.0f), w(d.hu() * d.hv(), 1.0f);
+    const biaffine::detail::weights_ref<float> ref{wh.data(), bh.data(), wd.data(), bd.data(), w.data()};
+    biaffine::detail::weights_cache<float, failing_pack> cache(d);
+    CHECK(cache.acquire(1, d, ref)->version == 1);  // its handle dropped: the next repack is in place
+    w[0] = 2.0f;
+    failing_pack::fail = true;
+    CHECK_THROWS_AS(cache.acquire(2, d, ref), std::bad_alloc);
+    failing_pack::fail = false;
+    const auto stale = cache.current();
+    REQUIRE(stale != nullptr);
+    CHECK(stale->version == 0);
+    CHECK(cache.prepared() == 0);
+    const auto fresh = cache.acquire(2, d, ref);
+    CHECK(fresh->version == 2);
+    CHECK(fresh->packed.first == 2.0f);
+}

@@ -243,6 +243,19 @@ TEST_CASE("bf16 inference: what it refuses", "[scorer_bf16]")
     } catch (const error& e) {
         CHECK(std::string(e.what()).find("needs a float scorer") != std::string::npos);
     }
+    // A float backend without bf16 products would compute in fp32 unasked.
+    using fp32_only = detail::host_batch<detail::compute_backend<float>, float>;
+    static_assert(!detail::backend_runs_bf16<fp32_only>::value, "host_batch on fp32 products does not run bf16");
+    static_assert(detail::backend_runs_bf16<detail::scorer_backend<float>>::value, "the default float backend does");
+    try {
+        biaffine_scorer<float, fp32_only> f(cfg);
+        FAIL("a float scorer on fp32-only products took compute_precision::bf16");
+    } catch (const error& e) {
+        CHECK(std::string(e.what()).find("needs a backend that computes in bf16") != std::string::npos);
+    }
+    cfg.precision = compute_precision::fp32;
+    CHECK_NOTHROW(biaffine_scorer<float, fp32_only>(cfg));
+    cfg.precision = compute_precision::bf16;
     biaffine_scorer<float> s(cfg);
     const std::vector<float> x(3 * 7, 0.5f);
     const std::vector<seq_view<const float>> bad{{x.data(), 3, 7, 7, 1}};

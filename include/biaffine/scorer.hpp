@@ -25,7 +25,7 @@
 //   detail/scorer/forward.hpp      forward and backward over split lists
 //   detail/scorer/padded.hpp       the padded (reference-compatible) interface
 //   detail/scorer/heads.hpp        labels at given heads: its calls, costs and head lists
-//   detail/scorer/bf16.hpp         inference in bf16 (compute_precision::bf16): its path and costs
+//   detail/scorer/bf16.hpp         what runs compute_precision::bf16 here (bf16 itself is the backend's)
 //   detail/scorer/io.hpp           .npy save / load over parameters() (scorer_io.hpp)
 // The output kinds (full scores, labels at heads) are policies in
 // detail/output_kind.hpp, named in output_kind.hpp; the configuration is

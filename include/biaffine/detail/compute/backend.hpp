@@ -103,6 +103,7 @@ public:
     static constexpr const char* name = Fp32::name;
     static constexpr const char* operations = Fp32::operations;
     static constexpr bool reads_items = Fp32::reads_items;
+    static constexpr bool runs_bf16 = backend_runs_bf16<Bf16>::value;
 
     explicit precision_switch(const scorer_dims& d) : fp32_(d)
     {

@@ -32,6 +32,7 @@ namespace detail {
 /// `p` the weights packed for Math with each parameter version.
 template <class Math, class Ops>
 struct bf16_products {
+    static constexpr bool runs_bf16 = true;
     using train = bf16_train<Math>;
     using forward = bf16_forward<Math>;
     using packed_weights = bf16_weights<Math>;

@@ -87,6 +87,7 @@ inline void prefetch_ahead(std::size_t k, std::size_t count, Fetch&& fetch)
 /// packed of them (nothing here).
 template <class Ops, class T>
 struct fp32_products {
+    static constexpr bool runs_bf16 = false;
     /// Nothing: Ops read the weights in place.
     struct packed_weights {
         static constexpr bool copies = false;
@@ -207,6 +208,7 @@ public:
     /// false: project() gathers the splits into a packed copy first (the
     /// cost model counts it).
     static constexpr bool reads_items = Ops::reads_items;
+    static constexpr bool runs_bf16 = Products::runs_bf16;
 
     using products = Products;
 
@@ -264,8 +266,9 @@ public:
 
     /// Inference of one output kind (the scorer's predict*): every split's
     /// output into dest(k, n), then done(k, y); H: the splits' heads (labels
-    /// at heads) or no_heads. The prepared weights are held for the whole
-    /// call: a newer version prepared meanwhile never changes them.
+    /// at heads) or no_heads. Where Products pack the weights (bf16), the
+    /// packed entry is held for the whole call: a newer version prepared
+    /// meanwhile never changes it. fp32 reads the weights in place.
     template <class Kind, class Items, class Heads, class Dest, class Done>
     void predict(const Items& X, const Heads& H, Dest&& dest, Done&& done) const
     {

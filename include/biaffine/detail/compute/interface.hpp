@@ -7,10 +7,11 @@
 //                            (detail/compute/host_batch.hpp) turns into one
 //
 // dims.bf16 is a float scorer's compute_precision::bf16: the default float
-// backend (backend.hpp) then runs the batch-wide products of training in
-// bf16 (host_batch with bf16_products; the scorer runs bf16 inference itself,
-// detail/scorer/bf16.hpp). A backend without bf16 products computes them in
-// its own precision.
+// backend (backend.hpp: precision_switch) then runs inference and training
+// on host_batch with bf16_products. A backend says it computes in bf16 with
+// `static constexpr bool runs_bf16 = true` (backend_runs_bf16 below); the
+// scorer refuses compute_precision::bf16 on one that does not, rather than
+// compute in fp32 unasked.
 //
 // The batch level. An object built from the scorer's sizes, `B(dims)`, held
 // by the scorer (biaffine_scorer<T, B>) for its lifetime; const operations
@@ -98,6 +99,13 @@
 
 BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
+
+/// Whether backend B computes a float scorer's compute_precision::bf16 in
+/// bf16: its `runs_bf16` member, false where it has none.
+template <class B, class = void>
+struct backend_runs_bf16 : std::false_type {};
+template <class B>
+struct backend_runs_bf16<B, std::void_t<decltype(B::runs_bf16)>> : std::bool_constant<B::runs_bf16> {};
 namespace backend_probe {
 
 template <class T>

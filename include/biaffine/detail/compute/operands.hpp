@@ -21,9 +21,9 @@ struct scorer_dims {
     std::size_t labels = 1; ///< o
     bool bias_u = true;     ///< head side carries a column of ones
     bool bias_v = true;     ///< dependent side carries a column of ones
-    /// Training products in bf16 (compute_precision::bf16, float scorers):
-    /// host_batch runs them on bf16_train.hpp; a backend without them
-    /// computes in fp32.
+    /// compute_precision::bf16 (float scorers): the backend runs inference
+    /// and training in bf16 (host_batch with bf16_products); the scorer
+    /// refuses it on a backend whose runs_bf16 is not true.
     bool bf16 = false;
     std::size_t hu() const noexcept { return hidden + (bias_u ? 1 : 0); } ///< head width of W
     std::size_t hv() const noexcept { return hidden + (bias_v ? 1 : 0); } ///< dependent width of W

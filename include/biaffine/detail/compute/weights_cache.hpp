@@ -148,8 +148,22 @@ public:
             }
 #endif
         }
+        const bool in_place = static_cast<bool>(n);
         if (!n) n = std::make_shared<entry>();  // calls in flight read the old one
-        fill(*n, version, d, w);
+        try {
+            fill(*n, version, d, w);
+        } catch (...) {
+            // The cache always has an entry (current() never returns null):
+            // one repacked in place goes back, stale, and the next call
+            // packs again.
+            if (in_place) {
+                n->version = 0;
+                n->seen.clear();
+                const std::lock_guard<std::mutex> g(lock_);
+                cur_ = std::move(n);
+            }
+            throw;
+        }
         handle out = std::move(n), old;
         {
             const std::lock_guard<std::mutex> g(lock_);

@@ -560,7 +560,7 @@ private:
     mutable tensor<T, 1> dbh_, dbd_;
     mutable tensor<T, 3> dw_;
     mutable bool has_grads_ = false;
-    detail::version_counter version_;  // initialize() makes it 1: the backend's slot starts at 0, unprepared
+    detail::version_counter version_;  // initialize() makes it 1: the backend's cache starts at 0, unprepared
     // The compute backend: its state (the prepared weights) changes under
     // const calls, as the gradients' allocation does.
     // compute_precision::bf16 included: its packed weights are the

@@ -36,6 +36,10 @@ biaffine_scorer<T, Backend, Out>::biaffine_scorer(const scorer_config& cfg)
     if (cfg.precision == compute_precision::bf16 && !std::is_same<T, float>::value) {
         throw error("biaffine_scorer: compute_precision::bf16 needs a float scorer (this one is double)");
     }
+    if (cfg.precision == compute_precision::bf16 && !detail::backend_runs_bf16<Backend>::value) {
+        throw error("biaffine_scorer: compute_precision::bf16 needs a backend that computes in bf16 (its "
+                    "runs_bf16 is true; the default float backend's is): this one would compute in fp32");
+    }
     // Every size the parameters and their gradients take, checked before
     // xtensor multiplies the shapes out unchecked.
     const char* what = "biaffine_scorer parameters";
