@@ -40,11 +40,11 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <type_traits>
 #include <vector>
 
 #include "biaffine/batching.hpp"
 #include "biaffine/detail/counter.hpp"
+#include "biaffine/detail/function_ref.hpp"
 #include "biaffine/errors.hpp"
 #include "biaffine/tensor.hpp"
 #include "biaffine/workspace.hpp"
@@ -87,16 +87,26 @@ struct batch_workspace {
     std::uint64_t keep = std::numeric_limits<std::uint64_t>::max();
 };
 
-/// One call's schedule (see the file comment). `cost(count, max_len)` is a
-/// batch's cost in the limit's unit; `workspace(count, max_len)` its
-/// batch_workspace; `batch(items, input_indices, max_len, turn)` runs a
-/// batch and, before it delivers anything, asks `turn.poll()` (at once) or
-/// `turn.wait()` (blocks while turn_state::wait) whether it may.
-template <class T, class Items, class Cost, class Workspace, class Batch>
+/// One call's schedule (see the file comment) over `size` items, item `i`
+/// read as `item(i)`. `cost(count, max_len)` is a batch's cost in the
+/// limit's unit; `workspace(count, max_len)` its batch_workspace;
+/// `batch(items, input_indices, max_len, turn)` runs a batch and, before it
+/// delivers anything, asks `turn.poll()` (at once) or `turn.wait()` (blocks
+/// while turn_state::wait) whether it may. Templated on the scalar only: the
+/// callables come in as function_ref (see there why).
+template <class T>
 class buffer_scheduler {
 public:
-    buffer_scheduler(const Items& X, const buffer_schedule& s, Cost& cost, Workspace& workspace, Batch& batch)
-        : X_(X), s_(s), cost_(cost), workspace_(workspace), batch_(batch)
+    class delivery_turn;
+    using item_fn = function_ref<seq_view<const T>(std::size_t)>;
+    using size_fn = function_ref<std::uint64_t(std::size_t, std::size_t)>;
+    using workspace_fn = function_ref<batch_workspace(std::size_t, std::size_t)>;
+    using batch_fn =
+        function_ref<void(span<const seq_view<const T>>, span<const std::size_t>, std::size_t, const delivery_turn&)>;
+
+    buffer_scheduler(std::size_t size, item_fn item, const buffer_schedule& s, size_fn cost, workspace_fn workspace,
+                     batch_fn batch)
+        : size_(size), item_(item), s_(s), cost_(cost), workspace_(workspace), batch_(batch)
     {
     }
 
@@ -104,7 +114,7 @@ public:
     /// thread has stopped.
     void run()
     {
-        const std::size_t size = std::min(s_.buffer, X_.size());
+        const std::size_t size = std::min(s_.buffer, size_);
         buffers_.resize(s_.threads);
         for (buffer& b : buffers_) {
             b.items.resize(size);
@@ -282,9 +292,9 @@ private:
         const std::size_t size = s.items.size();
         std::uint64_t largest = 0;
         try {
-            for (std::size_t begin = 0; begin < X_.size(); begin += size) {
-                const std::size_t count = std::min(size, X_.size() - begin);
-                for (std::size_t i = 0; i < count; ++i) s.lengths[i] = X_[begin + i].rows;
+            for (std::size_t begin = 0; begin < size_; begin += size) {
+                const std::size_t count = std::min(size, size_ - begin);
+                for (std::size_t i = 0; i < count; ++i) s.lengths[i] = item_(begin + i).rows;
                 const std::size_t nb = plan_buffer(span<const std::size_t>(s.lengths.data(), count), s_.limit, cost_,
                                                    span<std::size_t>(s.order.data(), count),
                                                    span<planned_batch>(s.plan.data(), count));
@@ -299,7 +309,7 @@ private:
         return largest;
     }
 
-    bool all_planned() const { return next_buffer_ * buffers_.front().items.size() >= X_.size(); }
+    bool all_planned() const { return next_buffer_ * buffers_.front().items.size() >= size_; }
 
     // "budget of B unit", and what bookkeeping left of it when that differs,
     // so the figure the user set is the one they read first.
@@ -324,9 +334,9 @@ private:
         if (s == nullptr) throw biaffine::error("with_minibatch_by_padded_size: internal error: no free buffer");
         const std::size_t size = s->items.size();
         const std::size_t begin = next_buffer_ * size;
-        const std::size_t count = std::min(size, X_.size() - begin);
+        const std::size_t count = std::min(size, size_ - begin);
         for (std::size_t i = 0; i < count; ++i) {
-            s->items[i] = read_only(X_[begin + i]);
+            s->items[i] = item_(begin + i);
             s->lengths[i] = s->items[i].rows;
         }
         const std::size_t nb = plan_buffer(span<const std::size_t>(s->lengths.data(), count), s_.limit, cost_,
@@ -385,11 +395,12 @@ private:
                delivery_turn(this, &s, b));
     }
 
-    const Items& X_;
+    const std::size_t size_;
+    const item_fn item_;
     const buffer_schedule s_;
-    Cost& cost_;
-    Workspace& workspace_;
-    Batch& batch_;
+    const size_fn cost_;
+    const workspace_fn workspace_;
+    const batch_fn batch_;
 
     std::mutex mutex_{};
     std::condition_variable turn_{};  // a buffer finished, or a run failed
@@ -406,9 +417,8 @@ private:
 template <class T, class Items, class Cost, class Workspace, class Batch>
 void run_buffers(const Items& X, const buffer_schedule& s, Cost&& cost, Workspace&& workspace, Batch&& batch)
 {
-    using scheduler = buffer_scheduler<T, Items, std::remove_reference_t<Cost>, std::remove_reference_t<Workspace>,
-                                       std::remove_reference_t<Batch>>;
-    scheduler(X, s, cost, workspace, batch).run();
+    const auto item = [&X](std::size_t i) -> seq_view<const T> { return read_only(X[i]); };
+    buffer_scheduler<T>(X.size(), item, s, cost, workspace, batch).run();
 }
 
 }  // namespace detail
