@@ -20,6 +20,7 @@
 #include <vector>
 
 #include <xtensor/xtensor.hpp>
+#include <xtensor/xview.hpp>
 
 #include "biaffine/biaffine.hpp"
 
@@ -138,12 +139,8 @@ void check_every_layer()
     {
         const std::size_t L = 9;
         xt::xtensor<float, 3> xp = xt::zeros<float>({lens.size(), L, std::size_t(8)});
-        std::vector<std::int64_t> ln;
-        for (std::size_t k = 0; k < lens.size(); ++k) {
-            ln.push_back(static_cast<std::int64_t>(lens[k]));
-            for (std::size_t m = 0; m < lens[k]; ++m)
-                for (std::size_t j = 0; j < 8; ++j) xp(k, m, j) = f.x[k](m, j);
-        }
+        const std::vector<std::int64_t> ln(lens.begin(), lens.end());
+        for (std::size_t k = 0; k < lens.size(); ++k) xt::view(xp, k, xt::range(0, lens[k]), xt::all()) = f.x[k];
         const score_array<float> yp = s.predict_padded_as<Kind>(xp, ln, no_heads{});
         std::vector<score_tensor<float>> blocks;
         for (std::size_t k = 0; k < lens.size(); ++k) {
