@@ -10,6 +10,8 @@
 //     the difference to the full kind's scratch is the solver's;
 //   - the batcher's working-set peak stays within its budget; a stream's
 //     peak is the same for 10k and 100k tokens;
+//   - a bf16 scorer: its bf16 product serves the kind, scratch counted;
+//   - padded outputs hold 0 outside each split;
 //   - what the kind refuses: backward, a scorer of several labels.
 #include <catch2/catch.hpp>
 
@@ -151,6 +153,12 @@ void check_every_layer()
             blocks.push_back(std::move(b));
         }
         check_same(blocks, want);
+        // Padding holds no probability.
+        std::size_t padded_nonzero = 0;
+        for (std::size_t k = 0; k < lens.size(); ++k)
+            for (std::size_t m = 0; m < L; ++m)
+                for (std::size_t h = 0; h < L; ++h) padded_nonzero += (m >= lens[k] || h >= lens[k]) && yp(k, m, h) != 0;
+        CHECK(padded_nonzero == 0);
     }
     // The batcher under a budget that makes several batches.
     auto mb = with_minibatch_by_padded_size(s, budget::bytes(splitting_budget<Kind>(s)));
@@ -187,6 +195,41 @@ TEST_CASE("tree marginals kind: every layer gives each split's tree_marginals, s
 {
     check_every_layer<tree_kind::non_projective>();
     check_every_layer<tree_kind::projective>();
+}
+
+TEST_CASE("tree marginals kind: a bf16 scorer's marginals are tree_marginals of its bf16 scores", "[tree_marginals]")
+{
+    // The bf16 inference product (bf16_product) serves the kind too, its
+    // scratch counted: the stream fits a block of exactly cost_as's scratch.
+    splits_fixture f(8, lens, 12);
+    scorer_config cfg = arc_config();
+    cfg.precision = compute_precision::bf16;
+    biaffine_scorer<float> s(cfg);
+    {
+        // The bf16 path runs: its scores are not the fp32 scorer's.
+        const score_list<float> a = s.predict(f.items), b = biaffine_scorer<float>(arc_config()).predict(f.items);
+        std::size_t differ = 0;
+        for (std::size_t k = 0; k < a.size(); ++k)
+            for (std::size_t i = 0; i < a[k].size(); ++i) differ += a[k].data()[i] != b[k].data()[i];
+        CHECK(differ > 0);
+    }
+    for (tree_kind k : {tree_kind::non_projective, tree_kind::projective}) {
+        INFO(detail::tree_kind_name(k));
+        const auto want = reference(s, f, k);
+        const bool proj = k == tree_kind::projective;
+        check_same(proj ? predict_marginals<tree_kind::projective>(s, f.items) : predict_marginals(s, f.items), want);
+        const batch_cost c = proj ? s.cost_as<p_kind>(lens.size(), 9, mode::eval) : s.cost_as<np_kind>(lens.size(), 9, mode::eval);
+        workspace_scope ws(c.scratch);
+        scoped_peak sp;
+        const memory_stats s0 = tracker().stats();
+        const auto sink = [](std::size_t, score_view<const float>) {};
+        if (proj) {
+            predict_marginals_stream<tree_kind::projective>(s, f.items, sink);
+        } else {
+            predict_marginals_stream(s, f.items, sink);
+        }
+        CHECK(sp.work_peak_bytes() == s0.current_bytes - s0.output_bytes);
+    }
 }
 
 TEST_CASE("tree marginals kind: the two tree kinds differ where non-projective trees carry mass", "[tree_marginals]")

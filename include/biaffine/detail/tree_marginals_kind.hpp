@@ -72,6 +72,14 @@ struct tree_marginals_kind : full_scores_kind, kind_layer_calls<tree_marginals_k
         F::split_scores(d, vb, tb, packed, y);
         normalise(y);
     }
+    /// Padded cells of a padded output `[b, L, L]` set to 0, whatever the
+    /// layer's pad (a masked logit for scores): no probability of an arc to
+    /// or from padding.
+    template <class O, class Views>
+    static void fill_padding(score_array<O>& y, const Views& views, O /*pad*/)
+    {
+        full_scores_kind::fill_padding(y, views, O(0));
+    }
     /// The marginals are normalised by the product already (a training
     /// forward's softmax step would find them so).
     template <class T>
