@@ -9,7 +9,8 @@
 //     scratch, one alignment unit less spills (all splits at max_len), and
 //     the difference to the full kind's scratch is the solver's;
 //   - the batcher's working-set peak stays within its budget; a stream's
-//     peak is the same for 10k and 100k tokens;
+//     peak less the per-split bookkeeping is within 10% at 10k and 100k
+//     tokens;
 //   - a bf16 scorer: its bf16 product serves the kind, scratch counted;
 //   - padded outputs hold 0 outside each split;
 //   - what the kind refuses: backward, a scorer of several labels.
