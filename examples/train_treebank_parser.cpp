@@ -17,15 +17,25 @@
 //     GEMM per layer on gathered rows [N, 3D] x [3D, D] and backpropagated by
 //     hand (see encoder::backward). Both scorers' dX are summed into it.
 //   * the training step: arc logits (train_output::logits) through
-//     with_splits(with_minibatch_by_padded_size(...)) and cross_entropy_heads;
+//     with_splits(with_minibatch_by_padded_size(...)) and cross_entropy_heads
+//     (--loss local, the default) or the first-order tree CRF (--loss crf:
+//     tree_crf_loss, log Z over the trees with one root minus the gold
+//     tree's score; over projective trees with --projective, the training
+//     sentences whose gold tree is not projective then skipped and counted);
 //     label logits at the gold heads (forward_heads) and cross_entropy_labels;
 //     Adam (training_helpers.hpp for the scorers, a row-lazy one for the
 //     embedding tables here), the learning rate falling linearly to
 //     lr * --lr-end over --epochs; dropout in the encoder and the scorers.
-//   * parsing: encode -> arc logits -> mst_heads -> predict_heads at the
-//     decoded heads -> best label -> CoNLL-U out, timed end to end.
+//   * parsing: encode -> arc logits -> heads (--decode mst: mst_heads, or
+//     eisner_heads with --projective; --decode mbr: the arc marginals of the
+//     tree CRF straight from the batched layers, predict_marginals, decoded
+//     by mst_heads / eisner_heads on the probabilities: the tree with the most
+//     expected correct heads) -> predict_heads at the decoded heads -> best
+//     label -> CoNLL-U out, timed end to end.
 //   * a saved parser (save_model / read_manifest / read_vocab / load_weights):
-//     a folder with a manifest (format version, sizes, loss and decoder), the
+//     a folder with a manifest (format version, sizes, the arc loss, decoder
+//     and tree kind: version 3; a version 2 folder loads as local / mst /
+//     non-projective, what it was trained and parsed with), the
 //     vocabularies, the encoder's and the scorers' parameters as .npy (the
 //     scorers through biaffine/scorer_io.hpp); a load that does not fit says
 //     which file and what is wrong.
@@ -34,15 +44,17 @@
 //       [--budget-mb X] [--out FILE] [--parse FILE]... [--text] [--width D]
 //       [--layers L] [--arc-hidden H] [--label-hidden H] [--seed S] [--lr LR]
 //       [--lr-end F] [--minutes M] [--precision fp32|bf16] [--gold-tags] [--save DIR]
-//       [--no-check] [--compare-bf16] [--quick]
+//       [--no-check] [--compare-bf16] [--quick] [--loss local|crf]
+//       [--decode mst|mbr] [--projective]
 //   train_treebank_parser --model DIR [--dev FILE] [--parse FILE]... [--text]
-//       [--out FILE] [--threads N] [--budget-mb X]
+//       [--out FILE] [--threads N] [--budget-mb X] [--decode mst|mbr] [--projective]
 //
 // No gold tags by default: the UPOS column is not read, so the parser parses
 // text nobody tagged; --gold-tags adds the gold UPOS as a feature (then the
 // files parsed need UPOS too). --save DIR writes the trained parser; --model
 // DIR loads one instead of training (sizes, tags and precision from it) and
-// gives the same parses, byte for byte.
+// gives the same parses, byte for byte; it decodes as saved unless --decode
+// or --projective is given with it.
 // --precision bf16 trains (and parses) with the scorers in bf16 (mixed
 // precision: bf16 products, fp32 master weights and gradients); run it
 // beside an fp32 run of the same seed for the learning curves.
@@ -126,6 +138,13 @@ struct options {
     bool sizes_given = false;
     bool write_parse = false;  // --out gets the --parse file's parse (else the dev file's)
     bool compare_bf16 = false;  // after training: dev parsed in fp32 and in bf16, side by side
+    // The arc loss (local: cross_entropy_heads; crf: tree_crf_loss), the
+    // decoder (mst: the best tree of the logits; mbr: of the marginals) and
+    // the trees of both (projective: Eisner's). With --model the saved
+    // parser's, unless --decode / --projective are given.
+    std::string loss = "local", decode = "mst";
+    bool projective = false;
+    bool decode_given = false, projective_given = false;
     // The scorers' arithmetic, in training too (bf16: mixed precision, fp32
     // master weights; the encoder stays fp32).
     biaffine::compute_precision precision = biaffine::compute_precision::fp32;
@@ -137,20 +156,25 @@ struct options {
               << "usage: train_treebank_parser --train FILE --dev FILE [--epochs N] [--threads N] [--budget-mb X]\n"
                  "       [--out FILE] [--parse FILE]... [--text] [--width D] [--layers L] [--arc-hidden H]\n"
                  "       [--label-hidden H] [--seed S] [--lr LR] [--lr-end F] [--minutes M] [--precision fp32|bf16]\n"
-                 "       [--gold-tags] [--save DIR] [--no-check] [--compare-bf16] [--quick]\n"
+                 "       [--gold-tags] [--save DIR] [--no-check] [--compare-bf16] [--quick] [--loss local|crf]\n"
+                 "       [--decode mst|mbr] [--projective]\n"
                  "   or: train_treebank_parser --model DIR [--dev FILE] [--parse FILE]... [--text] [--out FILE]\n"
-                 "       [--threads N] [--budget-mb X]\n";
+                 "       [--threads N] [--budget-mb X] [--decode mst|mbr] [--projective]\n";
     std::exit(2);
 }
 
 options parse_args(int argc, char** argv)
 {
     options o;
-    bool epochs_given = false;
+    bool epochs_given = false, loss_given = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--quick") {
             o.quick = true;
+            continue;
+        }
+        if (a == "--projective") {
+            o.projective = o.projective_given = true;
             continue;
         }
         bool* flag = a == "--compare-bf16" ? &o.compare_bf16 : a == "--gold-tags" ? &o.gold_tags : a == "--text" ? &o.text : nullptr;
@@ -187,6 +211,10 @@ options parse_args(int argc, char** argv)
             o.precision = v == "bf16" ? biaffine::compute_precision::bf16 : biaffine::compute_precision::fp32,
             o.sizes_given = true;
         else if (a == "--precision") usage("--precision takes fp32 or bf16, not " + v);
+        else if (a == "--loss" && (v == "local" || v == "crf")) o.loss = v, loss_given = true;
+        else if (a == "--loss") usage("--loss takes local or crf, not " + v);
+        else if (a == "--decode" && (v == "mst" || v == "mbr")) o.decode = v, o.decode_given = true;
+        else if (a == "--decode") usage("--decode takes mst or mbr, not " + v);
         else usage("unknown option " + a);
         if (end != nullptr && (v.empty() || *end != '\0')) usage("bad value for " + a + ": " + v);
     }
@@ -199,9 +227,9 @@ options parse_args(int argc, char** argv)
     }
     if (!o.model.empty()) {
         // The sizes, the tags and the precision are the saved parser's.
-        if (!o.train.empty() || !o.save.empty() || o.sizes_given || epochs_given || o.quick)
-            usage("--model DIR parses with a saved parser: --train, --save, --epochs, --quick, --gold-tags and the sizes "
-                  "(--width, --layers, --arc-hidden, --label-hidden, --precision) do not go with it");
+        if (!o.train.empty() || !o.save.empty() || o.sizes_given || epochs_given || o.quick || loss_given)
+            usage("--model DIR parses with a saved parser: --train, --save, --epochs, --quick, --gold-tags, --loss and "
+                  "the sizes (--width, --layers, --arc-hidden, --label-hidden, --precision) do not go with it");
         if (o.dev.empty() && o.parse_files.empty()) usage("--model DIR needs something to parse: --parse FILE or --dev FILE");
     } else if (o.train.empty() || o.dev.empty()) {
         usage("--train and --dev are required (or --quick, or --model DIR)");
@@ -702,6 +730,8 @@ struct parser {
     biaffine::biaffine_scorer<float> arc_scorer, label_scorer;
     biaffine::budget budget;
     biaffine::batch_options opts;
+    bool crf = false, mbr = false;  // --loss crf, --decode mbr
+    biaffine::tree_kind trees = biaffine::tree_kind::non_projective;  // --projective: projective
 
     static biaffine::scorer_config config(std::size_t n_in, std::size_t hidden, std::size_t labels, std::uint64_t seed,
                                           double dropout, biaffine::compute_precision precision)
@@ -725,6 +755,21 @@ struct parser {
           label_scorer(config(o.width, o.label_hidden, voc.label_names.size(), o.seed + 2, o.dropout, o.precision)),
           budget(biaffine::budget::megabytes(o.budget_mb))
     {
+        set_decoding(o);
+    }
+
+    void set_decoding(const options& o)
+    {
+        crf = o.loss == "crf";
+        mbr = o.decode == "mbr";
+        trees = o.projective ? biaffine::tree_kind::projective : biaffine::tree_kind::non_projective;
+    }
+
+    // The heads of one split's `[n, n]` arcs (logits, or marginals under
+    // --decode mbr) by the tree kind's decoder.
+    std::vector<std::size_t> decode_heads(const biaffine::score_tensor<float>& arcs) const
+    {
+        return trees == biaffine::tree_kind::projective ? biaffine::eisner_heads(arcs) : biaffine::mst_heads(arcs);
     }
 
     // One training step on a batch of sentences; returns the summed loss.
@@ -740,7 +785,8 @@ struct parser {
         arc_scorer.zero_grad();
         label_scorer.zero_grad();
         auto [A, arc_bp] = arcs.forward(docs, splits, biaffine::mode::train);
-        auto [al, dA] = biaffine::cross_entropy_heads<float>(A, per_split(heads, b.lengths), scale);
+        auto [al, dA] = crf ? biaffine::tree_crf_loss<float>(A, per_split(heads, b.lengths), trees, scale)
+                            : biaffine::cross_entropy_heads<float>(A, per_split(heads, b.lengths), scale);
         const auto dX_arcs = arc_bp(decltype(arcs)::grad_views(dA));
         auto [L, label_bp] = labs.forward_heads(docs, splits, doc_heads, biaffine::mode::train);
         auto [ll, dL] = biaffine::cross_entropy_labels<float>(L, per_split(labels, b.lengths), scale);
@@ -761,7 +807,8 @@ struct parser {
     void parse(std::vector<conllu::sentence>& sents, std::size_t chunk = 4000) { parse(sents, arc_scorer, label_scorer, chunk); }
 
     // The same with other scorers (e.g. copies in compute_precision::bf16);
-    // each batch's arc logits go to on_arcs(first sentence, logits) too.
+    // each batch's arcs the decoder reads (logits; the tree CRF's marginals
+    // under --decode mbr) go to on_arcs(first sentence, arcs) too.
     template <class OnArcs = void (*)(std::size_t, const biaffine::score_list<float>&)>
     void parse(std::vector<conllu::sentence>& sents, biaffine::biaffine_scorer<float>& arc,
                biaffine::biaffine_scorer<float>& label, std::size_t chunk = 4000,
@@ -789,12 +836,18 @@ struct parser {
             std::vector<Eigen::Map<const mat>> X;
             for (std::size_t i = 0, r = 0; i < doc_rows.size(); r += doc_rows[i++])
                 X.emplace_back(H.data() + r * H.cols(), Eigen::Index(doc_rows[i]), H.cols());
-            const biaffine::score_list<float> arc_logits = arcs.predict(X, splits);
-            on_arcs(docs[d0].first, arc_logits);
+            // MBR: the marginals computed by the batched layers as each
+            // split is scored (the tree marginals output kind).
+            const biaffine::score_list<float> arc_out =
+                !mbr ? arcs.predict(X, splits)
+                : trees == biaffine::tree_kind::projective
+                    ? biaffine::predict_marginals<biaffine::tree_kind::projective>(arcs, X, splits)
+                    : biaffine::predict_marginals<biaffine::tree_kind::non_projective>(arcs, X, splits);
+            on_arcs(docs[d0].first, arc_out);
             std::vector<std::vector<std::size_t>> heads(X.size());
             for (std::size_t i = 0, k = 0; i < X.size(); ++i)
                 for (std::size_t s = 0; s < splits[i].size(); ++s, ++k) {
-                    const auto h = biaffine::mst_heads(arc_logits[k]);
+                    const auto h = decode_heads(arc_out[k]);
                     heads[i].insert(heads[i].end(), h.begin(), h.end());
                 }
             const biaffine::score_list<float> label_logits = labs.predict_heads(X, splits, heads);
@@ -906,17 +959,22 @@ std::vector<conllu::sentence> read_input(const std::string& path, bool text)
 
 // --- saved parsers -----------------------------------------------------------
 //
-// A folder: manifest.txt (format, version, sizes, the loss and the decoder
-// trained for), words.tsv (count TAB word), upos.txt and labels.txt (the
+// A folder: manifest.txt (format, version, sizes, the arc loss trained with,
+// the decoder and the tree kind that parse), words.tsv (count TAB word), upos.txt and labels.txt (the
 // vocabularies in id order, one a line), encoder/*.npy, and arc/*.npy and
 // label/*.npy through the library's save_npy / load_npy. The manifest is
 // written last and removed first: a save that failed half way leaves a
 // folder that does not load.
 
 constexpr const char* model_format = "biaffine-treebank-parser";
-constexpr int model_version = 2;  // 2: the hashed word, affix and shape features
-constexpr const char* model_loss = "cross_entropy_heads+cross_entropy_labels";
-constexpr const char* model_decoder = "mst";
+// 2: the hashed word, affix and shape features; 3: the arc loss, the decoder
+// and the tree kind (--loss, --decode, --projective: keys loss, decoder,
+// projective).
+constexpr int model_version = 3;
+// What a version 2 folder records (and was trained and parsed with: local,
+// mst, non-projective).
+constexpr const char* model_v2_loss = "cross_entropy_heads+cross_entropy_labels";
+constexpr const char* model_v2_decoder = "mst";
 constexpr const char* model_hash = "fnv1a64";
 
 // A saved parser that does not fit: what() names the file and what is wrong.
@@ -961,8 +1019,8 @@ void save_model(const std::string& dir, parser& p, const options& o)
     std::ostringstream m;
     m << "format " << model_format << "\nversion " << model_version << "\nwidth " << o.width << "\nlayers " << o.layers
       << "\narc_hidden " << o.arc_hidden << "\nlabel_hidden " << o.label_hidden << "\ngold_tags " << (v.gold_tags ? 1 : 0)
-      << "\nprecision " << (o.precision == biaffine::compute_precision::bf16 ? "bf16" : "fp32") << "\nloss " << model_loss
-      << "\ndecoder " << model_decoder << "\nfeatures " << feature_names << "\nnorm_buckets " << norm_buckets
+      << "\nprecision " << (o.precision == biaffine::compute_precision::bf16 ? "bf16" : "fp32") << "\nloss " << o.loss
+      << "\ndecoder " << o.decode << "\nprojective " << (o.projective ? 1 : 0) << "\nfeatures " << feature_names << "\nnorm_buckets " << norm_buckets
       << "\naffix_buckets " << affix_buckets << "\nhash " << model_hash << "\n";
     write_text_file(manifest + ".partial", m.str());
     if (fs::rename(manifest + ".partial", manifest, ec); ec) throw model_error(manifest, "cannot rename into place: " + ec.message());
@@ -979,7 +1037,8 @@ std::vector<std::string> read_lines(const std::string& path)
     return lines;
 }
 
-// The manifest's sizes into `o` (returns whether the parser takes gold tags).
+// The manifest's sizes, arc loss, decoder and tree kind into `o` (returns
+// whether the parser takes gold tags); --decode / --projective given stay.
 bool read_manifest(const std::string& dir, options& o)
 {
     const std::string path = dir + "/manifest.txt";
@@ -1000,9 +1059,27 @@ bool read_manifest(const std::string& dir, options& o)
             throw model_error(path, key + " '" + got + "', this program reads " + key + " '" + want + "' (" + why + ")");
     };
     expect("format", model_format, "not a parser saved by train_treebank_parser");
-    expect("version", std::to_string(model_version), "saved by another version of train_treebank_parser");
-    expect("loss", model_loss, "the parser was trained for another loss");
-    expect("decoder", model_decoder, "the parser was trained for another decoder");
+    const std::string version = get("version");
+    if (version != "2" && version != std::to_string(model_version))
+        throw model_error(path, "version '" + version + "', this program reads version 2 or " + std::to_string(model_version) +
+                                    " (saved by another version of train_treebank_parser)");
+    const bool v2 = version == "2";
+    if (v2) {
+        // Before --loss / --decode / --projective: what it was trained and parsed with.
+        expect("loss", model_v2_loss, "the parser was trained for another loss");
+        expect("decoder", model_v2_decoder, "the parser was trained for another decoder");
+        o.loss = "local";
+    } else {
+        const auto one_of = [&](const std::string& key, const std::string& a, const std::string& b) {
+            const std::string got = get(key);
+            if (got != a && got != b) throw model_error(path, key + " '" + got + "', expected " + a + " or " + b);
+            return got;
+        };
+        o.loss = one_of("loss", "local", "crf");
+        const std::string decode = one_of("decoder", "mst", "mbr"), projective = one_of("projective", "0", "1");
+        if (!o.decode_given) o.decode = decode;
+        if (!o.projective_given) o.projective = projective == "1";
+    }
     expect("features", feature_names, "other features");
     expect("norm_buckets", std::to_string(norm_buckets), "other hashed features");
     expect("affix_buckets", std::to_string(affix_buckets), "other hashed features");
@@ -1022,7 +1099,8 @@ bool read_manifest(const std::string& dir, options& o)
     if (precision != "fp32" && precision != "bf16") throw model_error(path, "precision '" + precision + "', expected fp32 or bf16");
     if (tags != "0" && tags != "1") throw model_error(path, "gold_tags '" + tags + "', expected 0 or 1");
     o.precision = precision == "bf16" ? biaffine::compute_precision::bf16 : biaffine::compute_precision::fp32;
-    if (kv.size() != 14) throw model_error(path, std::to_string(kv.size()) + " keys, version " + std::to_string(model_version) + " has 14");
+    const std::size_t keys = v2 ? 14 : 15;
+    if (kv.size() != keys) throw model_error(path, std::to_string(kv.size()) + " keys, version " + version + " has " + std::to_string(keys));
     return tags == "1";
 }
 
@@ -1125,7 +1203,8 @@ void compare_bf16(parser& p, const std::vector<conllu::sentence>& dev, const con
               << s16.las() << "   (differences " << s16.uas() - fp32.uas() << " / " << s16.las() - fp32.las() << ")\n"
               << "  words with the same head and relation: " << same << " of " << words << " ("
               << 100.0 * double(same) / double(words) << "%)\n"
-              << std::setprecision(4) << "  largest |arc logit difference| " << diff << " (largest |logit| " << scale
+              << std::setprecision(4) << "  largest |arc difference| (logits; marginals under --decode mbr) " << diff
+              << " (largest |value| " << scale
               << ")\n"
               << std::setprecision(0) << "  parsing dev: fp32 " << ms32 << " ms, bf16 " << ms16 << " ms\n";
 }
@@ -1248,6 +1327,41 @@ int parse_files(parser& p, const options& o, const std::vector<conllu::sentence>
     return pass ? 0 : 1;
 }
 
+// Whether no two arcs of a sentence's gold tree cross (split-relative heads,
+// the root pointing at itself; the root's arc comes from before word 0).
+bool projective_tree(const std::vector<std::size_t>& heads)
+{
+    const auto span = [&](std::size_t d) {
+        const auto h = heads[d] == d ? std::ptrdiff_t(-1) : std::ptrdiff_t(heads[d]);
+        return std::pair<std::ptrdiff_t, std::ptrdiff_t>(std::min(h, std::ptrdiff_t(d)), std::max(h, std::ptrdiff_t(d)));
+    };
+    for (std::size_t i = 0; i < heads.size(); ++i)
+        for (std::size_t j = 0; j < heads.size(); ++j) {
+            const auto [a, b] = span(i);
+            const auto [c, e] = span(j);
+            if (a < c && c < b && b < e) return false;
+        }
+    return true;
+}
+
+// --projective: counts the training sentences whose gold tree is not
+// projective, and under --loss crf drops them (the projective CRF has no tree
+// for them; tree_crf_loss would refuse the batch).
+void projective_training_set(std::vector<conllu::sentence>& train, const options& o)
+{
+    if (!o.projective) return;
+    std::size_t crossing = 0;
+    std::vector<conllu::sentence> kept;
+    for (auto& s : train) {
+        const bool ok = projective_tree(conllu::scorer_heads(s));
+        crossing += !ok;
+        if (ok || o.loss != "crf") kept.push_back(std::move(s));
+    }
+    train = std::move(kept);
+    std::cout << "--projective: " << crossing << " training sentences have a non-projective gold tree: "
+              << (o.loss == "crf" ? "skipped (the projective CRF has no tree for them)" : "kept (local loss)") << "\n";
+}
+
 // --dev is scored: it must carry a tree (text without one goes to --parse).
 std::vector<conllu::sentence> read_dev(const std::string& path)
 {
@@ -1273,6 +1387,7 @@ int run(const options& cmd)
         v = read_vocab(o.model, gold_tags);
     } else {
         train = conllu::read_file(o.train);
+        projective_training_set(train, o);
         v = vocab(train, o.gold_tags);
     }
     if (!o.dev.empty()) dev = read_dev(o.dev);
@@ -1289,7 +1404,9 @@ int run(const options& cmd)
               << (o.precision == biaffine::compute_precision::bf16
                       ? std::string("bf16 (") + biaffine::detail::scorer_bf16_train::math_name() + ")"
                       : std::string("fp32"))
-              << "\n" << std::fixed << std::setprecision(2);
+              << "\narc loss " << o.loss << ", decoder " << o.decode << " ("
+              << (o.projective ? "projective" : "non-projective") << " trees)\n"
+              << std::fixed << std::setprecision(2);
     if (!dev.empty()) std::cout << "baselines on dev: left neighbour UAS " << left << ", right neighbour UAS " << right << "\n";
     log.checkpoint("treebank read");
 

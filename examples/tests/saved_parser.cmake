@@ -6,7 +6,10 @@
 #   train       train 1 epoch, --save WORK/model, and write the in-memory
 #               parse of DATA/unannotated.conllu (the fixture of the others)
 #   roundtrip   --model WORK/model parses the same file: byte for byte the
-#               in-memory parse; the output valid (check_parsed_conllu)
+#               in-memory parse; the output valid (check_parsed_conllu); the
+#               same folder rewritten as format version 2 (before --loss,
+#               --decode, --projective) loads with their defaults and gives
+#               the same parse
 #   text        --model parses DATA/plain_text.txt into valid CoNLL-U
 #   damaged     copies of the model with a file missing, a wrong shape, another
 #               format version, a relation dropped: each load fails with exit 2
@@ -41,6 +44,17 @@ function(expect_load_error model file what)
   message(STATUS "as expected: ${err}")
 endfunction()
 
+# Parses DATA/unannotated.conllu with the saved parser in `model` into
+# WORK/<out>: byte for byte the in-memory parse, or a fatal error.
+function(expect_in_memory_parse model out)
+  file(REMOVE ${WORK}/${out})
+  run_parser(0 err --model ${model} --parse ${DATA}/unannotated.conllu --out ${WORK}/${out})
+  execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${WORK}/in_memory.conllu ${WORK}/${out} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "the parse of ${model}, ${WORK}/${out}, differs from the in-memory one ${WORK}/in_memory.conllu")
+  endif()
+endfunction()
+
 # A copy of the saved parser to damage.
 function(copy_model name)
   file(REMOVE_RECURSE ${WORK}/${name})
@@ -57,13 +71,28 @@ if(STEP STREQUAL "train")
              --save ${WORK}/model --parse ${DATA}/unannotated.conllu --out ${WORK}/in_memory.conllu)
   check_output(${WORK}/in_memory.conllu ${DATA}/unannotated.conllu)
 elseif(STEP STREQUAL "roundtrip")
-  file(REMOVE ${WORK}/loaded.conllu)
-  run_parser(0 err --model ${WORK}/model --parse ${DATA}/unannotated.conllu --out ${WORK}/loaded.conllu)
-  execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${WORK}/in_memory.conllu ${WORK}/loaded.conllu RESULT_VARIABLE rc)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "the loaded parser's parse ${WORK}/loaded.conllu differs from the in-memory one ${WORK}/in_memory.conllu")
-  endif()
+  expect_in_memory_parse(${WORK}/model loaded.conllu)
   check_output(${WORK}/loaded.conllu ${DATA}/unannotated.conllu)
+  # Version 2's manifest: the fixed loss and decoder names, no projective key.
+  copy_model(v2)
+  file(READ ${WORK}/model/manifest.txt manifest)
+  foreach(pair "version 3\n|version 2\n" "loss local\n|loss cross_entropy_heads+cross_entropy_labels\n"
+               "decoder mst\n|decoder mst\n" "projective 0\n|")
+    string(REPLACE "|" ";" pair "${pair}")
+    list(GET pair 0 from)
+    list(LENGTH pair parts)
+    set(to "")
+    if(parts EQUAL 2)
+      list(GET pair 1 to)
+    endif()
+    string(FIND "${manifest}" "${from}" at)
+    if(at EQUAL -1)
+      message(FATAL_ERROR "the saved manifest has no line '${from}':\n${manifest}")
+    endif()
+    string(REPLACE "${from}" "${to}" manifest "${manifest}")
+  endforeach()
+  file(WRITE ${WORK}/v2/manifest.txt "${manifest}")
+  expect_in_memory_parse(${WORK}/v2 loaded_v2.conllu)
 elseif(STEP STREQUAL "text")
   file(REMOVE ${WORK}/text.conllu)
   run_parser(0 err --model ${WORK}/model --parse ${DATA}/plain_text.txt --out ${WORK}/text.conllu)
@@ -83,9 +112,16 @@ elseif(STEP STREQUAL "damaged")
 
   copy_model(version)
   file(READ ${WORK}/model/manifest.txt manifest)
-  string(REPLACE "version 2\n" "version 3\n" manifest "${manifest}")
+  string(REPLACE "version 3\n" "version 4\n" manifest "${manifest}")
   file(WRITE ${WORK}/version/manifest.txt "${manifest}")
-  expect_load_error(${WORK}/version "version/manifest.txt" "version '3', this program reads version '2'")
+  expect_load_error(${WORK}/version "version/manifest.txt" "version '4', this program reads version 2 or 3")
+
+  # Version 3 names its decoder: another word is refused, naming the key.
+  copy_model(decoder)
+  file(READ ${WORK}/model/manifest.txt manifest)
+  string(REPLACE "decoder mst\n" "decoder viterbi\n" manifest "${manifest}")
+  file(WRITE ${WORK}/decoder/manifest.txt "${manifest}")
+  expect_load_error(${WORK}/decoder "decoder/manifest.txt" "decoder 'viterbi', expected mst or mbr")
 
   # One relation fewer than the label scorer was trained for: its shapes no longer fit.
   copy_model(labels)

@@ -24,5 +24,6 @@
 #include "biaffine/lazy_split.hpp"
 #include "biaffine/loss.hpp"
 #include "biaffine/tree_crf.hpp"
+#include "biaffine/tree_marginals.hpp"
 #include "biaffine/scorer_io.hpp"
 #include "biaffine/conllu.hpp"

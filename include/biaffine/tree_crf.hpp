@@ -161,11 +161,19 @@ void tree_crf_load(const score_view<const T>& s, double* S, const char* where)
 }
 
 /// log Z (and the marginals into mu unless null) of loaded scores; -inf when
-/// no tree has a finite score.
-inline double tree_crf_solve(tree_kind kind, std::size_t n, const double* S, double* mu, const char* where)
+/// no tree has a finite score. `work`: tree_solver_cells(kind, n) doubles of
+/// the caller's, or null for the solver's per-thread scratch.
+inline double tree_crf_solve(tree_kind kind, std::size_t n, const double* S, double* mu, const char* where,
+                             double* work = nullptr)
 {
-    if (kind == tree_kind::projective) return inside_outside_solve(n, S, mu);
-    return matrix_tree_solve(n, S, mu, where);
+    if (kind == tree_kind::projective) return inside_outside_solve(n, S, mu, work);
+    return matrix_tree_solve(n, S, mu, where, work);
+}
+
+/// Doubles of working memory tree_crf_solve needs for a split of n tokens.
+inline std::size_t tree_solver_cells(tree_kind kind, std::size_t n)
+{
+    return kind == tree_kind::projective ? inside_outside_cells(n) : matrix_tree_cells(n);
 }
 
 inline void throw_no_tree(tree_kind kind, const char* where)

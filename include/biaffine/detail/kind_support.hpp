@@ -228,6 +228,29 @@ struct kind_layer_calls {
     }
 };
 
+template <class Kind, class = void>
+struct has_product_scratch : std::false_type {};
+template <class Kind>
+struct has_product_scratch<Kind, std::void_t<decltype(Kind::product_scratch_bytes(std::size_t(), std::size_t()))>>
+    : std::true_type {};
+
+/// Bytes a kind's product carves for itself on top of the backend's packed
+/// block, for splits of up to max_len tokens and o labels: its optional
+/// member `product_scratch_bytes(max_len, o)` (a normalisation that needs
+/// working memory, e.g. the tree marginals' solver), 0 for a kind without
+/// it. The scorer's cost counts it in every mode's scratch.
+template <class Kind>
+std::uint64_t kind_product_scratch_bytes(std::size_t max_len, std::size_t o)
+{
+    if constexpr (has_product_scratch<Kind>::value) {
+        return Kind::product_scratch_bytes(max_len, o);
+    } else {
+        (void)max_len;
+        (void)o;
+        return 0;
+    }
+}
+
 /// Checks the arguments `H` of a call of a kind on the splits `X` (heads:
 /// head_error); `who` names the caller in the message.
 template <class Kind, class Items, class Heads>

@@ -52,17 +52,21 @@ struct inside_outside_scratch {
     }
 };
 
+/// Doubles of working memory inside_outside_solve needs for n tokens: the
+/// linear pass's 17 `[n, n]` tables (the log domain's 11 and n + 1 fit in them).
+inline std::size_t inside_outside_cells(std::size_t n) noexcept { return 17 * n * n; }
+
 /// Inside-outside in the log domain (see inside_outside_solve), any
-/// magnitude: one log-sum-exp per span and table.
-inline double inside_outside_log(std::size_t n, const double* S, double* mu)
+/// magnitude: one log-sum-exp per span and table; `base` holds
+/// inside_outside_cells(n) doubles (null: the thread's buffer).
+inline double inside_outside_log(std::size_t n, const double* S, double* mu, double* base = nullptr)
 {
+    if (base == nullptr) base = inside_outside_scratch::local().cells.get(inside_outside_cells(n));
     constexpr double ninf = -std::numeric_limits<double>::infinity();
     const std::size_t nn = n * n;
-    auto& ws = inside_outside_scratch::local();
     // Inside: cr, cl, ir, il and transposes cr_t, cl_t, il_t; outside: ocr
     // (and its transpose), ocl and g, the two incomplete spans' outsides
     // combined with their arcs; one buffer.
-    double* base = ws.cells.get(11 * nn + n + 1);
     double* cr = base;            // complete, head s, tokens s..t   [s][t]
     double* cl = base + nn;       // complete, head t                [s][t]
     double* ir = base + 2 * nn;   // incomplete, arc s -> t          [s][t]
@@ -162,13 +166,12 @@ inline double io_dot(const double* a, const double* b, std::size_t len)
 /// The recursions of inside_outside_log on linear weights, each dependent's
 /// scores shifted by their maximum. Returns false (writing nothing of use)
 /// when the split is out of the linear range; otherwise sets log_z and the
-/// marginals (when mu is not null).
-inline bool inside_outside_linear(std::size_t n, const double* S, double* mu, double& log_z)
+/// marginals (when mu is not null). `base` as inside_outside_log's.
+inline bool inside_outside_linear(std::size_t n, const double* S, double* mu, double& log_z, double* base = nullptr)
 {
+    if (base == nullptr) base = inside_outside_scratch::local().cells.get(inside_outside_cells(n));
     constexpr double ninf = -std::numeric_limits<double>::infinity();
     const std::size_t nn = n * n;
-    auto& ws = inside_outside_scratch::local();
-    double* base = ws.cells.get(17 * nn);
     double* W = base;               // arc weights, W[d * n + h]
     double* cr = base + nn;         // [s][t] as in inside_outside_log, linear
     double* cl = base + 2 * nn;
@@ -264,12 +267,14 @@ inline bool inside_outside_linear(std::size_t n, const double* S, double* mu, do
 /// n >= 1. Returns log Z; writes P(head(d) = h) into `mu[d * n + h]` when mu
 /// is not null. Log Z is -inf when no projective tree has a finite score
 /// (the marginals are then left unwritten). Linear weights when the split
-/// fits their range, the log domain otherwise.
-inline double inside_outside_solve(std::size_t n, const double* S, double* mu)
+/// fits their range, the log domain otherwise. `work`: inside_outside_cells(n)
+/// doubles of the caller's (an output kind's counted scratch), or null for
+/// the thread's own buffer.
+inline double inside_outside_solve(std::size_t n, const double* S, double* mu, double* work = nullptr)
 {
     double log_z = 0.0;
-    if (!inside_outside_linear(n, S, mu, log_z)) log_z = inside_outside_log(n, S, mu);
-    inside_outside_scratch::local().cells.trim(17 * decode_keep_cells / 8);  // up to ~4 MB kept
+    if (!inside_outside_linear(n, S, mu, log_z, work)) log_z = inside_outside_log(n, S, mu, work);
+    if (work == nullptr) inside_outside_scratch::local().cells.trim(17 * decode_keep_cells / 8);  // up to ~4 MB kept
     return log_z;
 }
 

@@ -71,13 +71,10 @@ inline double compensated_sum(std::initializer_list<double> xs)
     return sum + comp;
 }
 
-/// Per-thread working memory of the non-projective solver.
+/// Per-thread working memory of the non-projective solver (when the caller
+/// gives none).
 struct matrix_tree_scratch {
-    std::vector<double> w;      // [n, n] scaled weights, w[m * n + h]; diagonal the root weights
-    std::vector<double> stack;  // the divide and conquer's levels
-    std::vector<double> log_det;
-    std::vector<double> shift;  // [n] each dependent's best score
-    std::vector<unsigned char> gone;
+    std::vector<double> cells;
 
     static matrix_tree_scratch& local()
     {
@@ -175,6 +172,24 @@ inline void matrix_tree_eliminate(const matrix_tree_problem& pb, const matrix_tr
 /// Doubles one level of r tokens needs: ids, lap, coef.
 inline std::size_t matrix_tree_level_cells(std::size_t r, std::size_t n) { return r + (r + 1) * r + (r + 1) * n; }
 
+/// Doubles of the divide and conquer's levels from a first level of r tokens:
+/// that level, and a copy and a child per halving.
+inline std::size_t matrix_tree_stack_cells(std::size_t r, std::size_t n)
+{
+    std::size_t cells = matrix_tree_level_cells(r, n);
+    for (std::size_t k = r, guard = 0; k >= 1 && guard < 64; k = (k + 1) / 2, ++guard) {
+        cells += 2 * matrix_tree_level_cells(k, n);
+        if (k == 1) break;
+    }
+    return cells + n;
+}
+
+/// Doubles of working memory matrix_tree_solve needs for n tokens: the
+/// scaled weights `[n, n]`, log Z per left-over token, the shifts, the
+/// elimination flags (a double each) and the levels (from n tokens: a forced
+/// root's n - 1 need no more).
+inline std::size_t matrix_tree_cells(std::size_t n) { return n * n + 3 * n + matrix_tree_stack_cells(n, n); }
+
 inline matrix_tree_level matrix_tree_level_at(double* p, std::size_t r)
 {
     matrix_tree_level lv;
@@ -234,19 +249,30 @@ inline void matrix_tree_recurse(const matrix_tree_problem& pb, matrix_tree_level
 /// n >= 1. Returns log Z (-inf when no tree has a finite score); writes
 /// P(head(d) = h) into `mu[d * n + h]` when mu is not null. Throws
 /// std::domain_error (prefixed by `where`) when the scores are beyond the
-/// solver's range.
-inline double matrix_tree_solve(std::size_t n, const double* S, double* mu, const char* where)
+/// solver's range. `work`: matrix_tree_cells(n) doubles of the caller's (an
+/// output kind's counted scratch), or null for the thread's own.
+inline double matrix_tree_solve(std::size_t n, const double* S, double* mu, const char* where,
+                                double* work = nullptr)
 {
     constexpr double ninf = -std::numeric_limits<double>::infinity();
     if (n == 1) {
         if (mu != nullptr) mu[0] = 1.0;
         return S[0];
     }
-    auto& ws = matrix_tree_scratch::local();
-    ws.w.resize(n * n);
-    double* w = ws.w.data();
+    const bool own = work == nullptr;
+    if (own) {
+        auto& cells = matrix_tree_scratch::local().cells;
+        cells.resize(matrix_tree_cells(n));
+        work = cells.data();
+    }
+    struct {
+        double* shift;
+        double* log_det;
+        unsigned char* gone;
+        double* stack;
+    } ws{work + n * n, work + n * n + n, reinterpret_cast<unsigned char*>(work + n * n + 2 * n), work + n * n + 3 * n};
+    double* w = work;
     // Column shifts: each dependent's best score.
-    ws.shift.resize(n);
     double root_shift = ninf;
     std::size_t root_at = 0;
     for (std::size_t m = 0; m < n; ++m) {
@@ -301,15 +327,8 @@ inline double matrix_tree_solve(std::size_t n, const double* S, double* mu, cons
 
     // The first level: every token but a forced root.
     const std::size_t r = forced ? n - 1 : n;
-    std::size_t cells = 0;
-    for (std::size_t k = r, guard = 0; k >= 1 && guard < 64; k = (k + 1) / 2, ++guard) {
-        cells += 2 * matrix_tree_level_cells(k, n);  // a copy and a child per level
-        if (k == 1) break;
-    }
-    cells += matrix_tree_level_cells(r, n);
-    ws.stack.resize(cells + n);
-    ws.log_det.assign(n, std::numeric_limits<double>::quiet_NaN());
-    matrix_tree_level top = matrix_tree_level_at(ws.stack.data(), r);
+    std::fill(ws.log_det, ws.log_det + n, std::numeric_limits<double>::quiet_NaN());
+    matrix_tree_level top = matrix_tree_level_at(ws.stack, r);
     std::fill(top.lap, top.lap + (r + 1) * r + (r + 1) * n, 0.0);
     std::size_t a = 0;
     for (std::size_t t = 0; t < n; ++t) {
@@ -335,11 +354,10 @@ inline double matrix_tree_solve(std::size_t n, const double* S, double* mu, cons
     pb.forced = forced;
     pb.forced_root = forced_root;
     pb.mu = mu;
-    pb.log_det = ws.log_det.data();
+    pb.log_det = ws.log_det;
     pb.where = where;
-    ws.gone.resize(n);
-    pb.gone = ws.gone.data();
-    matrix_tree_recurse(pb, top, ws.stack.data() + matrix_tree_level_cells(r, n));
+    pb.gone = ws.gone;
+    matrix_tree_recurse(pb, top, ws.stack + matrix_tree_level_cells(r, n));
 
     // Every left-over token computed the same determinant; they differ by a
     // few ulps times n unless underflow changed the result.
@@ -358,7 +376,7 @@ inline double matrix_tree_solve(std::size_t n, const double* S, double* mu, cons
         double* out = mu + forced_root * n;
         for (std::size_t h = 0; h < n; ++h) out[h] = h == forced_root ? 1.0 : 0.0;
     }
-    ws.trim(n);
+    if (own) matrix_tree_scratch::local().trim(n);
     return log_z + (hi + comp);
 }
 

@@ -63,12 +63,15 @@ batch_cost biaffine_scorer<T, Backend, Out>::kind_cost(std::size_t count, std::s
     // converted (inference and the training forward), and in backward the
     // batch's gradients converted to T with their views.
     const std::uint64_t convert_one = converts ? one : 0;
+    // What the kind's product carves for one split on top of all that (its
+    // normalisation's working memory; most kinds none), in every mode.
+    const std::uint64_t product_own = detail::kind_product_scratch_bytes<Kind>(max_len, o);
     if (m == mode::eval) {
         // The backend's inference scratch (offsets, head rows, X when
         // gathered, U, V, T, its packed block; bf16: its group scratch),
         // the stream buffer and one split's converted output.
         c.scratch = checked_add(backend_.template predict_scratch_bytes<Kind>(count, max_len),
-                                checked_add(stream, convert_one, what), what);
+                                checked_add(checked_add(stream, convert_one, what), product_own, what), what);
         return c;
     }
     // Train: the split views, offsets (and head rows) stay for backward, and
@@ -107,10 +110,10 @@ batch_cost biaffine_scorer<T, Backend, Out>::kind_cost(std::size_t count, std::s
                 : 0;
     if (cfg_.recompute_in_backward) {
         c.saved = views;
-        c.scratch = checked_add(backward, checked_add(uvt, one_ds, what), what);
+        c.scratch = checked_add(checked_add(backward, checked_add(uvt, one_ds, what), what), product_own, what);
     } else {
         c.saved = checked_add(checked_add(uvt, kept_y, what), views, what);
-        c.scratch = backward;
+        c.scratch = checked_add(backward, product_own, what);
     }
     return c;
 }
