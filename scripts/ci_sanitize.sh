@@ -48,7 +48,9 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # CPU against 133 s at -O1, bench_memory's test-run one stays at -O1; the
 # examples stay at -O1 too: at -O0 their --quick runs take minutes). The
 # kernel-variant tests at -O0 too (BIAFFINE_VARIANT_TEST_OPTIMIZATION: small
-# shapes; 4 of their 6 CPU-minutes here were the -O1 compile).
+# shapes; 4 of their 6 CPU-minutes here were the -O1 compile), and the
+# compute group (BIAFFINE_TEST_OPTIMIZATION_compute: 216 s of CPU to build
+# and run at -O0 against 280 at -O1; tests/CMakeLists.txt).
 source scripts/cmake_generator.sh
 cmake_generator build-san
 cmake -S . -B build-san "${gen[@]}" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -57,7 +59,7 @@ cmake -S . -B build-san "${gen[@]}" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_T
   -DBIAFFINE_SANITIZE=address,undefined -DBIAFFINE_WERROR=ON \
   -DBIAFFINE_BUILD_PYTHON=ON -DBIAFFINE_PYTHON_VARIANTS=avx2 \
   -DBIAFFINE_BUILD_TESTS=ON -DBIAFFINE_BUILD_EXAMPLES=ON -DBIAFFINE_BUILD_BENCH=ON -DBIAFFINE_BUILD_FUZZ=OFF \
-  -DBIAFFINE_COMPILE_ONLY_BENCH_OPTIMIZATION=-O0 -DBIAFFINE_VARIANT_TEST_OPTIMIZATION=-O0 \
+  -DBIAFFINE_COMPILE_ONLY_BENCH_OPTIMIZATION=-O0 -DBIAFFINE_VARIANT_TEST_OPTIMIZATION=-O0 -DBIAFFINE_TEST_OPTIMIZATION_compute=-O0 \
   -DBIAFFINE_CHECK_HEADERS=OFF -DBIAFFINE_TEST_ODR=OFF >/dev/null
 # Keep going after a failing target, so one run reports every warning.
 cmake --build build-san -j2 -- $(keep_going build-san)
