@@ -89,26 +89,38 @@ bool same_bytes(const A& a, const B& b)
     return a.size() == b.size() && (a.size() == 0 || std::memcmp(a.data(), b.data(), a.size() * sizeof(*a.data())) == 0);
 }
 
-// Scores, dX and every parameter gradient of one training step (gradient of
-// the scores: their own values, so every element contributes).
-template <class S>
-std::vector<std::vector<typename S::value_type>> train_step(S& s, const inputs<typename S::value_type>& in)
+// Outputs, dX and every parameter gradient of one training step through
+// `forward(s)` (gradient of the outputs: their own values, as views
+// `as_grad(y)`, so every element contributes).
+template <class S, class Forward, class AsGrad>
+std::vector<std::vector<typename S::value_type>> step(S& s, const inputs<typename S::value_type>& in,
+                                                      Forward&& forward, AsGrad&& as_grad)
 {
     using T = typename S::value_type;
     s.zero_grad();
-    auto fw = s.forward(in.views, mode::train);
-    std::vector<score_view<const T>> g;
-    for (const auto& y : fw.first) g.push_back(as_score_view(y));
+    auto fw = forward(s);
+    std::vector<decltype(as_grad(fw.first[0]))> g;
+    for (const auto& y : fw.first) g.push_back(as_grad(y));
     std::vector<xt::xtensor<T, 2>> dx;
     std::vector<seq_view<T>> dxv;
     for (const auto& x : in.data) dx.push_back(xt::xtensor<T, 2>::from_shape(x.shape()));
     for (auto& d : dx) dxv.push_back(as_view(d));
-    fw.second(span<const score_view<const T>>(g.data(), g.size()), span<const seq_view<T>>(dxv.data(), dxv.size()));
+    fw.second(span<const typename decltype(g)::value_type>(g.data(), g.size()),
+              span<const seq_view<T>>(dxv.data(), dxv.size()));
     std::vector<std::vector<T>> out;
     for (const auto& y : fw.first) out.emplace_back(y.begin(), y.end());
     for (const auto& d : dx) out.emplace_back(d.begin(), d.end());
     for (const auto& p : std::as_const(s).parameters()) out.emplace_back(p.grad, p.grad + p.size);
     return out;
+}
+
+// Full scores, one training step.
+template <class S>
+std::vector<std::vector<typename S::value_type>> train_step(S& s, const inputs<typename S::value_type>& in)
+{
+    return step(
+        s, in, [&](S& t) { return t.forward(in.views, mode::train); },
+        [](const auto& y) { return as_score_view(y); });
 }
 
 template <class S>
@@ -245,27 +257,14 @@ TEST_CASE("a counting backend's scores, dX and gradients are the wrapped backend
 
 namespace {
 
-// Labels at given heads, one training step: outputs, dX and every gradient
-// (gradient of the outputs: their own values).
+// Labels at given heads, one training step.
 template <class S>
 std::vector<std::vector<typename S::value_type>> heads_step(S& s, const inputs<typename S::value_type>& in,
                                                             const std::vector<std::vector<std::size_t>>& heads)
 {
-    using T = typename S::value_type;
-    s.zero_grad();
-    auto fw = s.forward_heads(in.views, heads, mode::train);
-    std::vector<seq_view<const T>> g;
-    for (const auto& y : fw.first) g.push_back(as_const_view(y));
-    std::vector<xt::xtensor<T, 2>> dx;
-    std::vector<seq_view<T>> dxv;
-    for (const auto& x : in.data) dx.push_back(xt::xtensor<T, 2>::from_shape(x.shape()));
-    for (auto& d : dx) dxv.push_back(as_view(d));
-    fw.second(span<const seq_view<const T>>(g.data(), g.size()), span<const seq_view<T>>(dxv.data(), dxv.size()));
-    std::vector<std::vector<T>> out;
-    for (const auto& y : fw.first) out.emplace_back(y.begin(), y.end());
-    for (const auto& d : dx) out.emplace_back(d.begin(), d.end());
-    for (const auto& p : std::as_const(s).parameters()) out.emplace_back(p.grad, p.grad + p.size);
-    return out;
+    return step(
+        s, in, [&](S& t) { return t.forward_heads(in.views, heads, mode::train); },
+        [](const auto& y) { return as_const_view(y); });
 }
 
 template <class T>

@@ -16,15 +16,8 @@ using namespace biaffine;
 using namespace biaffine::detail;
 
 // A batch's activations on the device: U, V, T and the kept outputs in
-// one allocation. The scorer holds the object and passes the handles on;
-// the pointers are device addresses it could not read.
-template <class T>
-struct device_acts {
-    T* u = nullptr;
-    T* v = nullptr;
-    T* t = nullptr;
-    T* ys = nullptr;
-};
+// one allocation. The scorer holds the object and passes the handles on:
+// batch_pointers holding device addresses it could not read.
 struct device_free {
     void operator()(void* p) const noexcept { cudaFree(p); }
 };
@@ -43,11 +36,11 @@ public:
         a_.t = a_.v + nv;
         a_.ys = ys == 0 ? nullptr : a_.t + nt;
     }
-    const device_acts<T>& acts() const noexcept { return a_; }
+    const batch_pointers<T>& acts() const noexcept { return a_; }
 
 private:
     std::unique_ptr<void, device_free> block_;
-    device_acts<T> a_;
+    batch_pointers<T> a_;
 };
 // One call's batch: a real backend would carve it from a device workspace
 // sized by device_bytes; built in place, like the host's.
@@ -63,7 +56,7 @@ struct device_scratch : device_batch<T> {
 template <class T>
 class cuda_backend {
 public:
-    using acts = device_acts<T>;
+    using acts = batch_pointers<T>;
     using held_batch = device_batch<T>;
     using carved_batch = device_scratch<T>;
     static constexpr const char* name = "cuda";

@@ -1,8 +1,8 @@
 // biaffine/detail/compute/host_activations.hpp - a batch's activations on the
 // host: what host_batch's hold() and carve() allocate and its operations
-// read through host_acts. The scorer holds these objects but never reads
-// the pointers inside (interface.hpp: the batch is the backend's); a device
-// backend has its own types with the same members.
+// read through batch_pointers (interface.hpp). The scorer holds these
+// objects but never reads the pointers inside (the batch is the
+// backend's); a device backend has its own owners.
 #pragma once
 
 #include "biaffine/abi.hpp"
@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "biaffine/detail/checked.hpp"
+#include "biaffine/detail/compute/interface.hpp"
 #include "biaffine/detail/compute/operands.hpp"
 #include "biaffine/detail/split_checks.hpp"
 #include "biaffine/memory.hpp"
@@ -19,17 +20,6 @@
 
 BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
-
-/// Where one batch's activations are, as host_batch's operations take
-/// them: u [N, hu], v [N, hv], t [N, o * hv] and the kept outputs ys (null:
-/// none kept).
-template <class T>
-struct host_acts {
-    T* u = nullptr;
-    T* v = nullptr;
-    T* t = nullptr;
-    T* ys = nullptr;
-};
 
 /// Activations kept from a training forward for its backward: U, V, T and
 /// `ys` kept output elements in one block that moves with the backward
@@ -56,12 +46,12 @@ public:
         a_.ys = ys == 0 ? nullptr : a_.t + nt;
     }
     // Moving the block keeps its buffer, so the pointers stay valid.
-    const host_acts<T>& acts() const noexcept { return a_; }
+    const batch_pointers<T>& acts() const noexcept { return a_; }
 
 private:
     using block_type = xt::xtensor<T, 1, xt::layout_type::row_major, tracking_allocator<T, cached_tag>>;
     block_type block_;
-    host_acts<T> a_;
+    batch_pointers<T> a_;
 };
 
 /// Activations of one call in workspace scratch (inference, a forward that
@@ -79,11 +69,11 @@ public:
         a_.v = v_.data();
         a_.t = t_.data();
     }
-    const host_acts<T>& acts() const noexcept { return a_; }
+    const batch_pointers<T>& acts() const noexcept { return a_; }
 
 private:
     scratch<T> u_, v_, t_;
-    host_acts<T> a_;
+    batch_pointers<T> a_;
 };
 
 }  // namespace detail

@@ -164,7 +164,7 @@ struct fp32_products {
         scratch<T> packed(be.packed_elements(Kind::gathers_rows ? 0 : max_n));
         // T holds eval_t_rows here, not N (host_carved's size): the
         // pointers are this call's.
-        const host_acts<T> a{u.data(), v.data(), t.data(), nullptr};
+        const batch_pointers<T> a{u.data(), v.data(), t.data(), nullptr};
         be.project(X, off.data(), N, a, packed.data());
         be.template score_outputs<Kind>(a, off.data(), count, rows.data(), false, false, packed.data(), dest,
                                         [](std::size_t) { return no_kept; }, done);
@@ -216,7 +216,7 @@ public:
     using products = Products;
     /// The batch's activations (interface.hpp): handles, and the objects
     /// that own them (kept for backward; one call's scratch).
-    using acts = host_acts<T>;
+    using acts = batch_pointers<T>;
     using held_batch = host_held<T>;
     using carved_batch = host_carved<T>;
 

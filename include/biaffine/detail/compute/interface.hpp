@@ -117,6 +117,18 @@ namespace detail {
 /// outputs_backward's kept).
 inline constexpr std::size_t no_kept = static_cast<std::size_t>(-1);
 
+/// Handles that are addresses, for a backend whose batch is plain memory
+/// (host_batch: host memory; a device backend: device addresses the scorer
+/// could not read): u [N, hu], v [N, hv], t [N, o * hv] and the kept
+/// outputs ys (null: none kept).
+template <class T>
+struct batch_pointers {
+    T* u = nullptr;
+    T* v = nullptr;
+    T* t = nullptr;
+    T* ys = nullptr;
+};
+
 /// Whether backend B computes a float scorer's compute_precision::bf16 in
 /// bf16: its `runs_bf16` member, false where it has none.
 template <class B, class = void>
