@@ -78,6 +78,7 @@
 #include "biaffine/detail/compute/avx2_backend.hpp"
 #endif
 
+#include "arena_backend.hpp"
 #include "bf16_helpers.hpp"
 #include "bf16_reference.hpp"
 #include "bf16_scorer.hpp"

@@ -526,6 +526,16 @@ TEST_CASE("every backend's batch-wide products equal double loops", "[backend]")
 // The contract of detail/compute/interface.hpp, on every backend this build
 // has: a missing operation stops the build with its name (the probe in
 // tests/protocol/backend_probe.cpp shows the message).
+namespace {
+// A backend whose kept batch cannot move: it could not go with the backward
+// callback, so it is no backend object.
+struct kept_in_place : biaffine::detail::host_batch<biaffine::detail::eigen_backend<float>, float> {
+    using host_batch::host_batch;
+    using held_batch = carved_batch;
+    held_batch hold(std::size_t N, std::size_t) const { return carve(N); }
+};
+}  // namespace
+
 TEST_CASE("every backend meets the backend contract (check_host_ops, check_backend)", "[backend]")
 {
     using biaffine::detail::check_backend;
@@ -560,6 +570,10 @@ TEST_CASE("every backend meets the backend contract (check_host_ops, check_backe
         biaffine::detail::backend_probe::has_batch_score_outputs<biaffine::detail::eigen_backend<float>, float>::value);
     REQUIRE(biaffine::detail::backend_probe::has_batch_score_outputs<host_batch<biaffine::detail::eigen_backend<float>, float>,
                                                                      float>::value);
+    // The batch's owners: one that cannot move is refused.
+    REQUIRE(biaffine::detail::backend_probe::has_batch_hold<host_batch<biaffine::detail::eigen_backend<float>, float>,
+                                                            float>::value);
+    REQUIRE_FALSE(biaffine::detail::backend_probe::has_batch_hold<kept_in_place, float>::value);
     REQUIRE(checked >= 2);
 }
 

@@ -5,7 +5,10 @@
 // non-const parameters(), initialize, parameters_changed) and at no other
 // call, and that its scores, dX and gradients are the wrapped backend's,
 // byte for byte. Device bytes: 0 on the CPU backends, and what a backend
-// reports is summed into the cost.
+// reports is summed into the cost. A backend whose batch is indices into its
+// own arena (tests/arena_backend.hpp) gives the host backend's bytes on every
+// training path (kept or recomputed activations, dropout, probabilities or
+// logits, labels at given heads) and gets back every slot it handed out.
 #include <catch2/catch.hpp>
 
 #include <cstddef>
@@ -22,6 +25,7 @@
 #include "biaffine/biaffine.hpp"
 #include "biaffine/detail/compute/host_batch.hpp"
 #include "biaffine/detail/compute/interface.hpp"
+#include "arena_backend.hpp"
 
 using namespace biaffine;
 
@@ -85,26 +89,38 @@ bool same_bytes(const A& a, const B& b)
     return a.size() == b.size() && (a.size() == 0 || std::memcmp(a.data(), b.data(), a.size() * sizeof(*a.data())) == 0);
 }
 
-// Scores, dX and every parameter gradient of one training step (gradient of
-// the scores: their own values, so every element contributes).
-template <class S>
-std::vector<std::vector<typename S::value_type>> train_step(S& s, const inputs<typename S::value_type>& in)
+// Outputs, dX and every parameter gradient of one training step through
+// `forward(s)` (gradient of the outputs: their own values, as views
+// `as_grad(y)`, so every element contributes).
+template <class S, class Forward, class AsGrad>
+std::vector<std::vector<typename S::value_type>> step(S& s, const inputs<typename S::value_type>& in,
+                                                      Forward&& forward, AsGrad&& as_grad)
 {
     using T = typename S::value_type;
     s.zero_grad();
-    auto fw = s.forward(in.views, mode::train);
-    std::vector<score_view<const T>> g;
-    for (const auto& y : fw.first) g.push_back(as_score_view(y));
+    auto fw = forward(s);
+    std::vector<decltype(as_grad(fw.first[0]))> g;
+    for (const auto& y : fw.first) g.push_back(as_grad(y));
     std::vector<xt::xtensor<T, 2>> dx;
     std::vector<seq_view<T>> dxv;
     for (const auto& x : in.data) dx.push_back(xt::xtensor<T, 2>::from_shape(x.shape()));
     for (auto& d : dx) dxv.push_back(as_view(d));
-    fw.second(span<const score_view<const T>>(g.data(), g.size()), span<const seq_view<T>>(dxv.data(), dxv.size()));
+    fw.second(span<const typename decltype(g)::value_type>(g.data(), g.size()),
+              span<const seq_view<T>>(dxv.data(), dxv.size()));
     std::vector<std::vector<T>> out;
     for (const auto& y : fw.first) out.emplace_back(y.begin(), y.end());
     for (const auto& d : dx) out.emplace_back(d.begin(), d.end());
     for (const auto& p : std::as_const(s).parameters()) out.emplace_back(p.grad, p.grad + p.size);
     return out;
+}
+
+// Full scores, one training step.
+template <class S>
+std::vector<std::vector<typename S::value_type>> train_step(S& s, const inputs<typename S::value_type>& in)
+{
+    return step(
+        s, in, [&](S& t) { return t.forward(in.views, mode::train); },
+        [](const auto& y) { return as_score_view(y); });
 }
 
 template <class S>
@@ -237,6 +253,56 @@ TEST_CASE("a counting backend's scores, dX and gradients are the wrapped backend
         CHECK(same_lists(scores_of(plain, in), after));
         CHECK(same_lists(train_step(plain, in), train_step(counted, in)));
     }
+}
+
+namespace {
+
+// Labels at given heads, one training step.
+template <class S>
+std::vector<std::vector<typename S::value_type>> heads_step(S& s, const inputs<typename S::value_type>& in,
+                                                            const std::vector<std::vector<std::size_t>>& heads)
+{
+    return step(
+        s, in, [&](S& t) { return t.forward_heads(in.views, heads, mode::train); },
+        [](const auto& y) { return as_const_view(y); });
+}
+
+template <class T>
+void check_arena_backend()
+{
+    using counts = arena_test::arena_counts<T>;
+    static_assert(detail::check_backend<arena_test::arena_backend<T>, T>());
+    const inputs<T> in(12, {6, 1, 0, 9, 4}, 5);
+    const std::vector<std::vector<std::size_t>> heads{{0, 0, 1, 5, 2, 3}, {0}, {}, {1, 0, 8, 8, 2, 4, 6, 7, 0}, {3, 0, 1, 2}};
+    for (std::size_t labels : {std::size_t(1), std::size_t(3)}) {
+        for (bool recompute : {false, true}) {
+            for (train_output outputs : {train_output::probabilities, train_output::logits}) {
+                INFO("labels " << labels << ", recompute " << recompute << ", logits "
+                               << (outputs == train_output::logits));
+                scorer_config cfg = small_config(labels, 0.25);
+                cfg.recompute_in_backward = recompute;
+                cfg.train_outputs = outputs;
+                biaffine_scorer<T> host(cfg);
+                biaffine_scorer<T, arena_test::arena_backend<T>> arena(cfg);
+                const std::size_t before = counts::allocated;
+                CHECK(same_lists(scores_of(host, in), scores_of(arena, in)));
+                CHECK(same_lists(train_step(host, in), train_step(arena, in)));
+                CHECK(same_lists(heads_step(host, in, heads), heads_step(arena, in, heads)));
+                // Training went through the arena (U, V, T at least, twice
+                // when recomputing), and every slot came back.
+                CHECK(counts::allocated - before >= (recompute ? 12u : 6u));
+                CHECK(counts::live == 0);
+            }
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("a backend whose batch is indices into its own arena gives the host backend's bytes", "[host_batch]")
+{
+    check_arena_backend<float>();
+    check_arena_backend<double>();
 }
 
 TEST_CASE("a copied scorer's backend reads the copy's parameters, not the original's", "[host_batch]")

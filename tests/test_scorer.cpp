@@ -2,7 +2,8 @@
 // reference: every model_* case through the padded API (forward, backward,
 // predict) and the split-list API, every pipeline* case through the full
 // with_splits / with_minibatch_by_padded_size (/ with_pad_seq_unpad_matrix)
-// stack, in float64 and float32. Finite-difference checks are in
+// stack, in float64 and float32; the model cases again on a backend whose
+// batch lives in its own arena (tests/arena_backend.hpp). Finite-difference checks are in
 // test_gradients.cpp.
 #include <catch2/catch.hpp>
 
@@ -17,6 +18,7 @@
 #include <xtensor/xtensor.hpp>
 
 #include "biaffine/biaffine.hpp"
+#include "arena_backend.hpp"
 #include "golden.hpp"
 
 using namespace biaffine;
@@ -139,12 +141,12 @@ void check_param_grads(const S& s, const std::string& path, const golden_params&
 
 // The scorer of compute type T and output type Out; comparisons at the
 // tolerance of the less precise of the two.
-template <class T, class Out>
-using scorer_of = biaffine_scorer<T, typename detail::scorer_backend_choice<T>::type, Out>;
+template <class T, class Out, class B = typename detail::scorer_backend_choice<T>::type>
+using scorer_of = biaffine_scorer<T, B, Out>;
 template <class T, class Out>
 using tolerance_type = std::conditional_t<(sizeof(Out) < sizeof(T)), Out, T>;
 
-template <class T, class Out = T>
+template <class T, class Out = T, class B = typename detail::scorer_backend_choice<T>::type>
 void check_model_case(const golden::case_dir& c)
 {
     using Tol = tolerance_type<T, Out>;
@@ -170,7 +172,7 @@ void check_model_case(const golden::case_dir& c)
 
     {
         // Padded API: forward, backward into dx and every parameter gradient.
-        scorer_of<T, Out> s(p.cfg);
+        scorer_of<T, Out, B> s(p.cfg);
         set_params(s, p);
         auto [y, bp] = s.forward_padded(x, len_arr, m);
         static_assert(std::is_same<typename decltype(y)::value_type, Out>::value, "padded outputs are Out");
@@ -185,7 +187,7 @@ void check_model_case(const golden::case_dir& c)
     }
     {
         // Split-list API on views of each sequence (no padding).
-        scorer_of<T, Out> s(p.cfg);
+        scorer_of<T, Out, B> s(p.cfg);
         set_params(s, p);
         std::vector<seq_view<const T>> items;
         for (std::size_t k = 0; k < b; ++k) {
@@ -339,6 +341,25 @@ TEST_CASE("scorer matches every model_* golden case (padded and split-list APIs)
     }
     std::cout << "scorer golden: " << cs.size()
               << " model cases checked (float64, float32, float64 compute with float32 outputs)\n";
+}
+
+TEST_CASE("a backend whose batch is indices into its own arena passes every model_* golden case",
+          "[scorer][golden][host_batch]")
+{
+    // tests/arena_backend.hpp: the scorer holds only slot numbers of the
+    // backend's arena; U, V, T and the kept outputs never reach it.
+    bool is_default = false;
+    golden::dir(&is_default);
+    const auto cs = golden::cases_of(golden::kind::model);
+    if (is_default) REQUIRE(!cs.empty());
+    const std::size_t before = arena_test::arena_counts<double>::allocated + arena_test::arena_counts<float>::allocated;
+    for (const auto& c : cs) {
+        check_model_case<double, double, arena_test::arena_backend<double>>(c);
+        check_model_case<float, float, arena_test::arena_backend<float>>(c);
+    }
+    CHECK(arena_test::arena_counts<double>::allocated + arena_test::arena_counts<float>::allocated > before);
+    CHECK(arena_test::arena_counts<double>::live == 0);
+    CHECK(arena_test::arena_counts<float>::live == 0);
 }
 
 TEST_CASE("with_splits pipelines match every pipeline* golden case", "[scorer][golden][pipeline]")

@@ -43,10 +43,14 @@ static_assert(biaffine::detail::check_host_ops<user_backend, float>());
 using base = biaffine::detail::host_batch<biaffine::detail::eigen_backend<float>, float>;
 struct user_batch : private base {
     using base::base;
+    using base::acts;
+    using base::carve;
+    using base::carved_batch;
+    using base::held_batch;
+    using base::hold;
     using base::bilinear_left;
     using base::device_bytes;
     using base::dropout;
-    using base::eval_t_rows;
     using base::name;
     using base::operations;
     using base::outputs_backward;
@@ -56,8 +60,6 @@ struct user_batch : private base {
     using base::project;
     using base::projections_backward;
     using base::reads_items;
-    using base::softmax;
-    using base::softmax_backward;
     using base::train_packed_elements;
 };
 static_assert(biaffine::detail::check_backend<user_batch, float>());

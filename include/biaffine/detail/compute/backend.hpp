@@ -39,6 +39,7 @@
 #endif
 
 #include <optional>
+#include <type_traits>
 
 BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
@@ -104,6 +105,13 @@ public:
     static constexpr const char* operations = Fp32::operations;
     static constexpr bool reads_items = Fp32::reads_items;
     static constexpr bool runs_bf16 = backend_runs_bf16<Bf16>::value;
+    // Either precision's batch is host memory of the same shapes.
+    using acts = typename Fp32::acts;
+    using held_batch = typename Fp32::held_batch;
+    using carved_batch = typename Fp32::carved_batch;
+    static_assert(std::is_same<held_batch, typename Bf16::held_batch>::value &&
+                      std::is_same<carved_batch, typename Bf16::carved_batch>::value,
+                  "precision_switch: both precisions hold a batch alike");
 
     explicit precision_switch(const scorer_dims& d) : fp32_(d)
     {
@@ -147,59 +155,46 @@ public:
     {
         return run([&](auto& b) { return b.train_packed_elements(max_len, rows); });
     }
-    std::size_t eval_t_rows(std::size_t N, std::size_t max_len) const noexcept
-    {
-        return run([&](auto& b) { return b.eval_t_rows(N, max_len); });
-    }
+    // Allocation only, no arithmetic: the same in either precision.
+    held_batch hold(std::size_t N, std::size_t ys) const { return fp32_.hold(N, ys); }
+    carved_batch carve(std::size_t N) const { return fp32_.carve(N); }
     template <class Items>
-    void project(const Items& X, const std::size_t* off, std::size_t N, float* u, float* v, float* packed) const
+    void project(const Items& X, const std::size_t* off, std::size_t N, const acts& a, float* packed) const
     {
-        run([&](auto& b) { b.project(X, off, N, u, v, packed); });
+        run([&](auto& b) { b.project(X, off, N, a, packed); });
     }
-    void dropout(double rate, std::uint64_t seed, float* u, float* v, const std::size_t* off, std::size_t count) const
+    void dropout(double rate, std::uint64_t seed, const acts& a, const std::size_t* off, std::size_t count) const
     {
-        run([&](auto& b) { b.dropout(rate, seed, u, v, off, count); });
+        run([&](auto& b) { b.dropout(rate, seed, a, off, count); });
     }
-    void bilinear_left(const float* u, std::size_t N, float* t, float* packed) const
+    void bilinear_left(const acts& a, std::size_t N, float* packed) const
     {
-        run([&](auto& b) { b.bilinear_left(u, N, t, packed); });
+        run([&](auto& b) { b.bilinear_left(a, N, packed); });
     }
     template <class Kind, class Dest, class Keep, class Each>
-    void score_outputs(const float* u, const float* v, const std::size_t* off, std::size_t count,
-                       const std::size_t* head_rows, float* t, bool keep_t, bool softmax, float* packed, Dest&& dest,
-                       Keep&& keep, Each&& each) const
+    void score_outputs(const acts& a, const std::size_t* off, std::size_t count, const std::size_t* head_rows,
+                       bool keep_t, bool softmax, float* packed, Dest&& dest, Keep&& keep, Each&& each) const
     {
         run([&](auto& b) {
-            b.template score_outputs<Kind>(u, v, off, count, head_rows, t, keep_t, softmax, packed, dest, keep, each);
+            b.template score_outputs<Kind>(a, off, count, head_rows, keep_t, softmax, packed, dest, keep, each);
         });
     }
-    template <class Kind>
-    void softmax(typename Kind::template view<float> y) const
-    {
-        fp32_.template softmax<Kind>(y);  // no products: the same in either
-    }
-    template <class Kind>
-    void softmax_backward(typename Kind::template view<const float> y, typename Kind::template view<const float> dy,
-                          typename Kind::template view<float> ds) const
-    {
-        fp32_.template softmax_backward<Kind>(y, dy, ds);
-    }
     template <class Kind, class Grad, class Kept>
-    void outputs_backward(const std::size_t* off, std::size_t count, const std::size_t* head_rows, const float* v,
-                          const float* t, span<const Grad> dY, bool softmax, Kept&& kept, float* y_tmp, float* ds,
-                          float* dv, float* dt, float* packed) const
+    void outputs_backward(const acts& a, const std::size_t* off, std::size_t count, const std::size_t* head_rows,
+                          span<const Grad> dY, bool softmax, Kept&& kept, float* y_tmp, float* ds, float* dv,
+                          float* dt, float* packed) const
     {
         run([&](auto& b) {
-            b.template outputs_backward<Kind>(off, count, head_rows, v, t, dY, softmax, kept, y_tmp, ds, dv, dt,
+            b.template outputs_backward<Kind>(a, off, count, head_rows, dY, softmax, kept, y_tmp, ds, dv, dt,
                                               packed);
         });
     }
     template <class Items>
-    void projections_backward(const Items& X, const std::size_t* off, std::size_t N, const float* u, const float* v,
-                              float* dt, float* dv, float* du, double rate, const grads_ref<float>& g,
+    void projections_backward(const Items& X, const std::size_t* off, std::size_t N, const acts& a, float* dt,
+                              float* dv, float* du, double rate, const grads_ref<float>& g,
                               span<const seq_view<float>> dX, float* packed) const
     {
-        run([&](auto& b) { b.projections_backward(X, off, N, u, v, dt, dv, du, rate, g, dX, packed); });
+        run([&](auto& b) { b.projections_backward(X, off, N, a, dt, dv, du, rate, g, dX, packed); });
     }
 
 private:

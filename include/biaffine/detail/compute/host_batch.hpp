@@ -37,6 +37,7 @@
 #include "biaffine/config.hpp"
 #include "biaffine/detail/checked.hpp"
 #include "biaffine/detail/compute/eigen_backend.hpp"
+#include "biaffine/detail/compute/host_activations.hpp"
 #include "biaffine/detail/compute/interface.hpp"
 #include "biaffine/detail/compute/operands.hpp"
 #include "biaffine/detail/compute/weights_cache.hpp"
@@ -161,10 +162,12 @@ struct fp32_products {
         scratch<T> v(packed_count<T>("packed V", N, d.hv()));
         scratch<T> t(packed_count<T>("packed T", Kind::gathers_rows ? N : be.eval_t_rows(N, max_n), o, d.hv()));
         scratch<T> packed(be.packed_elements(Kind::gathers_rows ? 0 : max_n));
-        be.project(X, off.data(), N, u.data(), v.data(), packed.data());
-        be.template score_outputs<Kind>(u.data(), v.data(), off.data(), count, rows.data(), t.data(), false, false,
-                                        packed.data(), dest, [](std::size_t) { return static_cast<T*>(nullptr); },
-                                        done);
+        // T holds eval_t_rows here, not N (host_carved's size): the
+        // pointers are this call's.
+        const batch_pointers<T> a{u.data(), v.data(), t.data(), nullptr};
+        be.project(X, off.data(), N, a, packed.data());
+        be.template score_outputs<Kind>(a, off.data(), count, rows.data(), false, false, packed.data(), dest,
+                                        [](std::size_t) { return no_kept; }, done);
     }
     /// Scratch bytes predict carves for `count` splits of up to max_len
     /// rows: offsets, head rows, X (when gathered), U, V, T (full scores:
@@ -211,6 +214,11 @@ public:
     static constexpr bool runs_bf16 = Products::runs_bf16;
 
     using products = Products;
+    /// The batch's activations (interface.hpp): handles, and the objects
+    /// that own them (kept for backward; one call's scratch).
+    using acts = batch_pointers<T>;
+    using held_batch = host_held<T>;
+    using carved_batch = host_carved<T>;
 
     /// Products' packed weights are allocated here, with the scorer: a
     /// training step allocates none of them.
@@ -254,14 +262,22 @@ public:
         return Products::eval_t_rows(d_, N, max_len);
     }
 
+    // ------------------------------------------------------------ the batch
+
+    /// U, V, T of N packed rows and `ys` kept output elements, kept from a
+    /// training forward for its backward (moves with the callback).
+    held_batch hold(std::size_t N, std::size_t ys) const { return held_batch(d_, N, ys); }
+    /// U, V, T of N packed rows in workspace scratch, for one call.
+    carved_batch carve(std::size_t N) const { return carved_batch(d_, N); }
+
     // ------------------------------------------------------------ forward
 
     /// U and V (after relu) for the packed rows of the splits X.
     template <class Items>
-    void project(const Items& X, const std::size_t* off, std::size_t N, T* u, T* v, T* packed) const
+    void project(const Items& X, const std::size_t* off, std::size_t N, const acts& a, T* packed) const
     {
         const auto e = cache_.current();
-        Products::project(d_, e->w, e->packed, X, off, N, u, v, packed);
+        Products::project(d_, e->w, e->packed, X, off, N, a.u, a.v, packed);
     }
 
     /// Inference of one output kind (the scorer's predict*): every split's
@@ -287,8 +303,10 @@ public:
     /// over the split's tokens; kept units scaled by 1 / (1 - rate). Drawn
     /// from a per-batch seed so backward can redraw the same masks when it
     /// recomputes the forward.
-    void dropout(double rate, std::uint64_t seed, T* u, T* v, const std::size_t* off, std::size_t count) const
+    void dropout(double rate, std::uint64_t seed, const acts& act, const std::size_t* off, std::size_t count) const
     {
+        T* const u = act.u;
+        T* const v = act.v;
         std::mt19937_64 gen(seed);
         const T scale = static_cast<T>(1.0 / (1.0 - rate));
         tracked_vector<T> mask(d_.hidden);
@@ -304,12 +322,7 @@ public:
     }
 
     /// t [N, o * hv] = u W' (nothing for N = 0).
-    void bilinear_left(const T* u, std::size_t N, T* t, T* packed) const
-    {
-        if (N == 0) return;  // no products for empty splits (see eigen_backend)
-        const auto e = cache_.current();
-        Products::left(d_, e->w, e->packed, u, N, t, packed);
-    }
+    void bilinear_left(const acts& a, std::size_t N, T* packed) const { left(a.u, N, a.t, packed); }
 
     /// Every split's output of one kind from the packed activations, each
     /// by the kind's product (Kind::product on Ops): a kind that reads only
@@ -318,22 +331,27 @@ public:
     /// gathers rows (Kind::gathers_rows: labels at given heads) takes T for
     /// every row first, head_rows [N] naming the packed row each token
     /// reads. Split k's output goes into `dest(k, n)`; then, with `softmax`,
-    /// it is normalised; a non-null `keep(k)` gets a dense copy (what
-    /// backward reads); then `each(k, y)`.
+    /// it is normalised; keep(k) other than no_kept gets a dense copy at
+    /// that offset of the kept outputs a.ys (what backward reads); then
+    /// `each(k, y)`.
     template <class Kind, class Dest, class Keep, class Each>
-    void score_outputs(const T* u, const T* v, const std::size_t* off, std::size_t count,
-                       const std::size_t* head_rows, T* t, bool keep_t, bool softmax, T* packed, Dest&& dest,
-                       Keep&& keep, Each&& each) const
+    void score_outputs(const acts& a, const std::size_t* off, std::size_t count, const std::size_t* head_rows,
+                       bool keep_t, bool softmax, T* packed, Dest&& dest, Keep&& keep, Each&& each) const
     {
         const std::size_t o = d_.labels, hv = d_.hv();
+        const T* const u = a.u;
+        const T* const v = a.v;
+        T* const t = a.t;
         const auto finish = [&](std::size_t k, typename Kind::template view<T> y) {
             if (softmax) Kind::softmax(y);
-            if (T* kept = keep(k)) Kind::copy(Kind::read_only(y), kept);
+            const std::size_t at = keep(k);
+            // ys is null where the batch keeps no elements at all (only empty splits).
+            if (at != no_kept && a.ys != nullptr) Kind::copy(Kind::read_only(y), a.ys + at);
             each(k, y);
         };
         if constexpr (Kind::gathers_rows) {
             const std::size_t N = off[count];
-            bilinear_left(u, N, t, packed);
+            left(u, N, t, packed);
             for (std::size_t k = 0; k < count; ++k) {
                 const std::size_t n = off[k + 1] - off[k];
                 auto y = dest(k, n);
@@ -365,36 +383,28 @@ public:
         }
     }
 
-    /// In-place softmax of one split's output over its kind's axis.
-    template <class Kind>
-    void softmax(typename Kind::template view<T> y) const
-    {
-        Kind::softmax(y);
-    }
-    /// ds = the softmax's backward at its outputs y for the gradient dy.
-    template <class Kind>
-    void softmax_backward(typename Kind::template view<const T> y, typename Kind::template view<const T> dy,
-                          typename Kind::template view<T> ds) const
-    {
-        Kind::template softmax_backward<T>(y, dy, ds);
-    }
-
     // ------------------------------------------------------------ backward
 
     /// The per-split loop backward: from the outputs' gradients dY (through
-    /// the softmax when `softmax`: its outputs are kept(k), or recomputed
-    /// into y_tmp where kept(k) is null) to dV [N, hv] (every row written)
+    /// the softmax when `softmax`: its outputs at offset kept(k) of a.ys, or
+    /// recomputed into y_tmp where kept(k) is no_kept) to dV [N, hv] (every row written)
     /// and dT [N, o * hv] (full scores: each split's rows written; labels at
     /// heads: zeroed, then accumulated at the heads). ds: one split's dense
     /// output, scratch (softmax only). dY of another scalar than T (the
     /// scorer's output type) is converted one split at a time into scratch
     /// carved here (one split of T).
     template <class Kind, class Grad, class Kept>
-    void outputs_backward(const std::size_t* off, std::size_t count, const std::size_t* head_rows, const T* v,
-                          const T* t, span<const Grad> dY, bool softmax, Kept&& kept, T* y_tmp, T* ds, T* dv,
-                          T* dt, T* packed) const
+    void outputs_backward(const acts& a, const std::size_t* off, std::size_t count, const std::size_t* head_rows,
+                          span<const Grad> dY, bool softmax, Kept&& kept_at, T* y_tmp, T* ds, T* dv, T* dt,
+                          T* packed) const
     {
         const std::size_t o = d_.labels, hv = d_.hv(), N = off[count];
+        const T* const v = a.v;
+        const T* const t = a.t;
+        const auto kept = [&](std::size_t k) {
+            const std::size_t at = kept_at(k);
+            return at == no_kept ? static_cast<const T*>(nullptr) : static_cast<const T*>(a.ys + at);
+        };
         constexpr bool convert = !std::is_same<std::remove_const_t<std::remove_pointer_t<decltype(Grad::data)>>, T>::value;
         scratch<T> converted(convert ? packed_count<T>("split gradient", Kind::elements(max_split_rows(off, count), o,
                                                                                           "split gradient"), 1)
@@ -450,11 +460,12 @@ public:
     /// none) and the projections to every parameter gradient and the
     /// splits' dX. du [N, hu] is scratch.
     template <class Items>
-    void projections_backward(const Items& X, const std::size_t* off, std::size_t N, const T* u, const T* v, T* dt,
-                              T* dv, T* du, double rate, const grads_ref<T>& g, span<const seq_view<T>> dX,
-                              T* packed) const
+    void projections_backward(const Items& X, const std::size_t* off, std::size_t N, const acts& act, T* dt, T* dv,
+                              T* du, double rate, const grads_ref<T>& g, span<const seq_view<T>> dX, T* packed) const
     {
         if (N == 0) return;
+        const T* const u = act.u;
+        const T* const v = act.v;
         // Through relu and dropout (a unit passed gradient iff it came out
         // positive, scaled like the kept units), then the projections.
         const T scale = rate > 0.0 ? static_cast<T>(1.0 / (1.0 - rate)) : T(1);
@@ -464,7 +475,13 @@ public:
     }
 
 private:
-
+    // t [N, o * hv] = u W' (nothing for N = 0).
+    void left(const T* u, std::size_t N, T* t, T* packed) const
+    {
+        if (N == 0) return;  // no products for empty splits (see eigen_backend)
+        const auto e = cache_.current();
+        Products::left(d_, e->w, e->packed, u, N, t, packed);
+    }
 
     // Prefetches split k's rows of V and T, its kept softmax outputs and its
     // output gradient g: the first 16 KiB of each, so that with many labels

@@ -17,9 +17,20 @@
 // by the scorer (biaffine_scorer<T, B>) for its lifetime; const operations
 // may run concurrently (predict), prepare() does not overlap them except as
 // the scorer calls it (see weights_cache). N packed rows of a batch of
-// `count` splits at row offsets `off` [count + 1]; u [N, hu], v [N, hv], t
-// [N, o * hv] (inference, full scores: eval_t_rows of them); Kind is an
-// output kind (detail/output_kind.hpp).
+// `count` splits at row offsets `off` [count + 1]; Kind is an output kind
+// (detail/output_kind.hpp).
+//
+// The batch is the backend's: it allocates a batch's activations (u [N,
+// hu], v [N, hv], t [N, o * hv], the softmax outputs kept for backward, ys)
+// where it computes (host memory, its own arena, a device) and the scorer
+// holds only handles to them, `a` below (B::acts), which it passes on and
+// never reads. Two objects own them: B::held_batch (hold: kept from a
+// training forward for its backward; default-built empty, movable, it
+// moves with the backward callback) and B::carved_batch (carve: one call's,
+// from the workspace; built in place, freed in reverse order of carving).
+// Both give their handles by acts(). A kept output is named by its element
+// offset into ys; no_kept names none. The host pieces (packed blocks, dV,
+// dT, dU, one split's dS) are still the scorer's workspace scratch.
 //
 //   name, operations, reads_items      as for the host ops (reads_items false: the cost
 //                                      model counts a gathered copy of the inputs)
@@ -30,22 +41,24 @@
 //   device_bytes(count, max_len, m)    bytes a batch holds on a device (the cost model's
 //                                      `device`; 0 on the host)
 //   packed_elements(max_len), train_packed_elements(max_len, rows)   scratch sizes
-//   eval_t_rows(N, max_len)            rows of T inference holds at once
+//   hold(N, ys) -> held_batch          U, V, T and ys kept output elements, for backward
+//   carve(N) -> carved_batch           U, V, T of one call (no ys), in the workspace
 //   watch(on)                          compare copies of the weights at every call (the
 //                                      scorer's watch_parameter_writes; nothing where none)
 //   predict<Kind>(X, H, dest, done)    inference of one output kind (H: heads or no_heads):
 //                                      every split's output into dest(k, n), then done(k, y)
 //   predict_scratch_bytes<Kind>(count, max_len)   the scratch predict carves (the cost model)
-//   project(X, off, N, u, v, packed)   U, V after relu, from the splits X
-//   dropout(rate, seed, u, v, off, count)   one mask per split and feature
-//   bilinear_left(u, N, t, packed)     t = u W' for every row
-//   score_outputs<Kind>(u, v, off, count, head_rows, t, keep_t, softmax, packed, dest, keep, each)
+//   project(X, off, N, a, packed)      a's U, V after relu, from the splits X
+//   dropout(rate, seed, a, off, count) one mask per split and feature, on a's U and V
+//   bilinear_left(a, N, packed)        a's t = u W' for every row
+//   score_outputs<Kind>(a, off, count, head_rows, keep_t, softmax, packed, dest, keep, each)
 //                                      every split's output into dest(k, n), normalised when
-//                                      softmax, copied to keep(k) when non-null, then each(k, y)
-//   softmax<Kind>(y), softmax_backward<Kind>(y, dy, ds)
-//   outputs_backward<Kind>(off, count, head_rows, v, t, dY, softmax, kept, y_tmp, ds, dv, dt, packed)
-//                                      the per-split loop backward to dV and dT
-//   projections_backward(X, off, N, u, v, dt, dv, du, rate, g, dX, packed)
+//                                      softmax, copied to a's ys at keep(k) unless no_kept,
+//                                      then each(k, y)
+//   outputs_backward<Kind>(a, off, count, head_rows, dY, softmax, kept, y_tmp, ds, dv, dt, packed)
+//                                      the per-split loop backward to dV and dT (the softmax
+//                                      outputs at a's ys, kept(k), or recomputed)
+//   projections_backward(X, off, N, a, dt, dv, du, rate, g, dX, packed)
 //                                      through W, relu, dropout and the projections to every
 //                                      parameter gradient and dX
 //
@@ -99,6 +112,22 @@
 
 BIAFFINE_NAMESPACE_BEGIN
 namespace detail {
+
+/// A kept output's offset that names none (score_outputs' keep,
+/// outputs_backward's kept).
+inline constexpr std::size_t no_kept = static_cast<std::size_t>(-1);
+
+/// Handles that are addresses, for a backend whose batch is plain memory
+/// (host_batch: host memory; a device backend: device addresses the scorer
+/// could not read): u [N, hu], v [N, hv], t [N, o * hv] and the kept
+/// outputs ys (null: none kept).
+template <class T>
+struct batch_pointers {
+    T* u = nullptr;
+    T* v = nullptr;
+    T* t = nullptr;
+    T* ys = nullptr;
+};
 
 /// Whether backend B computes a float scorer's compute_precision::bf16 in
 /// bf16: its `runs_bf16` member, false where it has none.
@@ -186,10 +215,11 @@ template <class T>
 struct heads_dest_probe {
     seq_view<T> operator()(std::size_t, std::size_t) const { return {}; }
 };
-template <class T>
 struct keep_probe {
-    T* operator()(std::size_t) const { return nullptr; }
+    std::size_t operator()(std::size_t) const { return no_kept; }
 };
+template <class B>
+using acts_of = const typename B::acts&;
 template <class T>
 struct each_probe {
     template <class V>
@@ -211,42 +241,42 @@ BIAFFINE_BATCH_DETECTOR(device_bytes, static_cast<std::uint64_t>(std::declval<co
 BIAFFINE_BATCH_DETECTOR(packed_elements, static_cast<std::size_t>(std::declval<const B&>().packed_elements(std::size_t())))
 BIAFFINE_BATCH_DETECTOR(train_packed_elements, static_cast<std::size_t>(std::declval<const B&>().train_packed_elements(
                                                    std::size_t(), std::size_t())))
-BIAFFINE_BATCH_DETECTOR(eval_t_rows,
-                        static_cast<std::size_t>(std::declval<const B&>().eval_t_rows(std::size_t(), std::size_t())))
+BIAFFINE_BATCH_DETECTOR(acts, std::declval<typename B::acts&>())
+// Held: empty by default, movable (it moves with the backward callback).
+BIAFFINE_BATCH_DETECTOR(hold, (std::enable_if_t<std::is_default_constructible<typename B::held_batch>::value &&
+                                                std::is_move_assignable<typename B::held_batch>::value>(),
+                               static_cast<typename B::held_batch>(
+                                   std::declval<const B&>().hold(std::size_t(), std::size_t())),
+                               static_cast<acts_of<B>>(std::declval<const typename B::held_batch&>().acts())))
+BIAFFINE_BATCH_DETECTOR(carve, (std::declval<const B&>().carve(std::size_t()),
+                                static_cast<acts_of<B>>(std::declval<const typename B::carved_batch&>().acts())))
 BIAFFINE_BATCH_DETECTOR(project, std::declval<const B&>().project(std::declval<const items<T>&>(), p<const std::size_t>(),
-                                                                  std::size_t(), p<T>(), p<T>(), p<T>()))
-BIAFFINE_BATCH_DETECTOR(dropout, std::declval<const B&>().dropout(double(), std::uint64_t(), p<T>(), p<T>(),
+                                                                  std::size_t(), std::declval<acts_of<B>>(), p<T>()))
+BIAFFINE_BATCH_DETECTOR(dropout, std::declval<const B&>().dropout(double(), std::uint64_t(), std::declval<acts_of<B>>(),
                                                                   p<const std::size_t>(), std::size_t()))
 BIAFFINE_BATCH_DETECTOR(bilinear_left,
-                        std::declval<const B&>().bilinear_left(p<const T>(), std::size_t(), p<T>(), p<T>()))
+                        std::declval<const B&>().bilinear_left(std::declval<acts_of<B>>(), std::size_t(), p<T>()))
 BIAFFINE_BATCH_DETECTOR(score_outputs,
                         (std::declval<const B&>().template score_outputs<full_scores_kind>(
-                             p<const T>(), p<const T>(), p<const std::size_t>(), std::size_t(), p<const std::size_t>(),
-                             p<T>(), bool(), bool(), p<T>(), dest_probe<T>{}, keep_probe<T>{}, each_probe<T>{}),
+                             std::declval<acts_of<B>>(), p<const std::size_t>(), std::size_t(), p<const std::size_t>(),
+                             bool(), bool(), p<T>(), dest_probe<T>{}, keep_probe{}, each_probe<T>{}),
                          std::declval<const B&>().template score_outputs<labels_at_heads_kind>(
-                             p<const T>(), p<const T>(), p<const std::size_t>(), std::size_t(), p<const std::size_t>(),
-                             p<T>(), bool(), bool(), p<T>(), heads_dest_probe<T>{}, keep_probe<T>{}, each_probe<T>{})))
-BIAFFINE_BATCH_DETECTOR(softmax, (std::declval<const B&>().template softmax<full_scores_kind>(score_view<T>{}),
-                                  std::declval<const B&>().template softmax<labels_at_heads_kind>(seq_view<T>{})))
-BIAFFINE_BATCH_DETECTOR(softmax_backward,
-                        (std::declval<const B&>().template softmax_backward<full_scores_kind>(
-                             score_view<const T>{}, score_view<const T>{}, score_view<T>{}),
-                         std::declval<const B&>().template softmax_backward<labels_at_heads_kind>(
-                             seq_view<const T>{}, seq_view<const T>{}, seq_view<T>{})))
+                             std::declval<acts_of<B>>(), p<const std::size_t>(), std::size_t(), p<const std::size_t>(),
+                             bool(), bool(), p<T>(), heads_dest_probe<T>{}, keep_probe{}, each_probe<T>{})))
 BIAFFINE_BATCH_DETECTOR(outputs_backward,
                         (std::declval<const B&>().template outputs_backward<full_scores_kind>(
-                             p<const std::size_t>(), std::size_t(), p<const std::size_t>(), p<const T>(), p<const T>(),
-                             span<const score_view<const T>>(), bool(), keep_probe<const T>{}, p<T>(), p<T>(), p<T>(),
-                             p<T>(), p<T>()),
+                             std::declval<acts_of<B>>(), p<const std::size_t>(), std::size_t(), p<const std::size_t>(),
+                             span<const score_view<const T>>(), bool(), keep_probe{}, p<T>(), p<T>(), p<T>(), p<T>(),
+                             p<T>()),
                          std::declval<const B&>().template outputs_backward<labels_at_heads_kind>(
-                             p<const std::size_t>(), std::size_t(), p<const std::size_t>(), p<const T>(), p<const T>(),
-                             span<const seq_view<const T>>(), bool(), keep_probe<const T>{}, p<T>(), p<T>(), p<T>(),
-                             p<T>(), p<T>())))
+                             std::declval<acts_of<B>>(), p<const std::size_t>(), std::size_t(), p<const std::size_t>(),
+                             span<const seq_view<const T>>(), bool(), keep_probe{}, p<T>(), p<T>(), p<T>(), p<T>(),
+                             p<T>())))
 BIAFFINE_BATCH_DETECTOR(projections_backward,
                         std::declval<const B&>().projections_backward(
-                            std::declval<const items<T>&>(), p<const std::size_t>(), std::size_t(), p<const T>(),
-                            p<const T>(), p<T>(), p<T>(), p<T>(), double(), std::declval<const grads_ref<T>&>(),
-                            std::declval<span<const seq_view<T>>>(), p<T>()))
+                            std::declval<const items<T>&>(), p<const std::size_t>(), std::size_t(),
+                            std::declval<acts_of<B>>(), p<T>(), p<T>(), p<T>(), double(),
+                            std::declval<const grads_ref<T>&>(), std::declval<span<const seq_view<T>>>(), p<T>()))
 
 BIAFFINE_BATCH_DETECTOR(watch, std::declval<B&>().watch(bool()))
 BIAFFINE_BATCH_DETECTOR(predict, std::declval<const B&>().template predict<full_scores_kind>(
@@ -340,31 +370,32 @@ constexpr bool check_backend()
                   "biaffine backend contract: the backend has no packed_elements(max_len) const");
     static_assert(p::has_batch_train_packed_elements<B, T>::value,
                   "biaffine backend contract: the backend has no train_packed_elements(max_len, rows) const");
-    static_assert(p::has_batch_eval_t_rows<B, T>::value,
-                  "biaffine backend contract: the backend has no eval_t_rows(N, max_len) const");
     static_assert(p::has_batch_watch<B, T>::value, "biaffine backend contract: the backend has no watch(on)");
     static_assert(p::has_batch_predict<B, T>::value,
                   "biaffine backend contract: the backend has no predict<Kind>(X, heads, dest, done) const");
     static_assert(p::has_batch_predict_scratch_bytes<B, T>::value,
                   "biaffine backend contract: the backend has no predict_scratch_bytes<Kind>(count, max_len) const");
+    static_assert(p::has_batch_acts<B, T>::value,
+                  "biaffine backend contract: the backend has no acts (its handles to a batch's activations)");
+    static_assert(p::has_batch_hold<B, T>::value,
+                  "biaffine backend contract: the backend has no hold(N, ys) const giving a held_batch "
+                  "(default-built, movable, acts())");
+    static_assert(p::has_batch_carve<B, T>::value,
+                  "biaffine backend contract: the backend has no carve(N) const giving a carved_batch (acts())");
     static_assert(p::has_batch_project<B, T>::value,
-                  "biaffine backend contract: the backend has no project(X, off, N, u, v, packed) const");
+                  "biaffine backend contract: the backend has no project(X, off, N, a, packed) const");
     static_assert(p::has_batch_dropout<B, T>::value,
-                  "biaffine backend contract: the backend has no dropout(rate, seed, u, v, off, count) const");
+                  "biaffine backend contract: the backend has no dropout(rate, seed, a, off, count) const");
     static_assert(p::has_batch_bilinear_left<B, T>::value,
-                  "biaffine backend contract: the backend has no bilinear_left(u, N, t, packed) const");
+                  "biaffine backend contract: the backend has no bilinear_left(a, N, packed) const");
     static_assert(p::has_batch_score_outputs<B, T>::value,
-                  "biaffine backend contract: the backend has no score_outputs<Kind>(u, v, off, count, head_rows, "
-                  "t, keep_t, softmax, packed, dest, keep, each) const");
-    static_assert(p::has_batch_softmax<B, T>::value,
-                  "biaffine backend contract: the backend has no softmax<Kind>(y) const");
-    static_assert(p::has_batch_softmax_backward<B, T>::value,
-                  "biaffine backend contract: the backend has no softmax_backward<Kind>(y, dy, ds) const");
+                  "biaffine backend contract: the backend has no score_outputs<Kind>(a, off, count, head_rows, "
+                  "keep_t, softmax, packed, dest, keep, each) const");
     static_assert(p::has_batch_outputs_backward<B, T>::value,
-                  "biaffine backend contract: the backend has no outputs_backward<Kind>(off, count, head_rows, v, t, "
+                  "biaffine backend contract: the backend has no outputs_backward<Kind>(a, off, count, head_rows, "
                   "dY, softmax, kept, y_tmp, ds, dv, dt, packed) const");
     static_assert(p::has_batch_projections_backward<B, T>::value,
-                  "biaffine backend contract: the backend has no projections_backward(X, off, N, u, v, dt, dv, du, "
+                  "biaffine backend contract: the backend has no projections_backward(X, off, N, a, dt, dv, du, "
                   "rate, g, dX, packed) const");
     return true;
 }

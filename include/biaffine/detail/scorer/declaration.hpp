@@ -421,13 +421,9 @@ private:
     struct saved_batch {
         tracked_vector<std::size_t> off;          // packed row offsets, count + 1
         tracked_vector<seq_view<const T>> views;  // the splits (not copied)
-        // U, V, T and the kept softmax outputs in one block (see
-        // activations), on huge pages when large; empty when recomputing.
-        xt::xtensor<T, 1, xt::layout_type::row_major, tracking_allocator<T, cached_tag>> block;
-        T* u = nullptr;
-        T* v = nullptr;
-        T* t = nullptr;
-        T* ys = nullptr;                          // softmax outputs (train, stored), else null
+        // U, V, T and the kept softmax outputs, the backend's (held from
+        // the forward; empty when recomputing): handles the scorer passes on.
+        typename Backend::held_batch held;
         tracked_vector<std::size_t> head_rows;    // labels at given heads: packed row of each head
         tracked_vector<std::size_t> y_off;        // softmax outputs by split (train, stored)
         bool kept = true;  // false: recompute_in_backward
@@ -437,56 +433,6 @@ private:
         std::uint64_t seed = 0;
     };
 
-    // U, V, T of one call: the saved batch's block when kept (a forward,
-    // SB = saved_batch, allocates it there with room for `ys` softmax
-    // outputs after them: it moves into the callback), else scratch of this
-    // call (a backward, SB = const saved_batch, fills it with recompute():
-    // recompute_in_backward). Each part of the block starts on a scratch
-    // boundary, so the block is what cost() counts for U, V and T, plus the
-    // outputs.
-    template <class SB>
-    struct activations {
-        using ptr = std::conditional_t<std::is_const<SB>::value, const T*, T*>;
-        scratch<T> u_tmp, v_tmp, t_tmp;
-        ptr u = nullptr;
-        ptr v = nullptr;
-        ptr t = nullptr;
-        activations(const biaffine_scorer& s, SB& sb, std::size_t ys = 0)
-            : u_tmp(sb.kept ? 0 : detail::packed_count<T>("packed U", sb.off.back(), s.hu())),
-              v_tmp(sb.kept ? 0 : detail::packed_count<T>("packed V", sb.off.back(), s.hv())),
-              t_tmp(sb.kept ? 0 : detail::packed_count<T>("packed T", sb.off.back(), s.cfg_.labels, s.hv()))
-        {
-            const std::size_t N = sb.off.back();
-            if constexpr (!std::is_const<SB>::value) {
-                if (sb.kept) {
-                    const char* what = "kept activations";
-                    // Elements of each part, rounded up to the scratch alignment.
-                    const auto part = [&](std::size_t n) {
-                        return detail::to_index_size(detail::scratch_bytes<T>(n), what) / sizeof(T);
-                    };
-                    const std::size_t nu = part(detail::packed_count<T>("packed U", N, s.hu()));
-                    const std::size_t nv = part(detail::packed_count<T>("packed V", N, s.hv()));
-                    const std::size_t nt = part(detail::packed_count<T>("packed T", N, s.cfg_.labels, s.hv()));
-                    const std::uint64_t total = detail::checked_add(
-                        detail::checked_add(detail::checked_add(nu, nv, what), nt, what), ys, what);
-                    sb.block = decltype(sb.block)::from_shape({detail::packed_count<T>(what, total)});
-                    sb.u = sb.block.data();
-                    sb.v = sb.u + nu;
-                    sb.t = sb.v + nv;
-                    sb.ys = ys == 0 ? nullptr : sb.t + nt;
-                }
-            }
-            u = sb.kept ? sb.u : u_tmp.data();
-            v = sb.kept ? sb.v : v_tmp.data();
-            t = sb.kept ? sb.t : t_tmp.data();
-        }
-        void recompute(const biaffine_scorer& s, const saved_batch& sb, T* packed)
-        {
-            if (sb.kept) return;
-            s.forward_activations(sb.views, sb.off.data(), sb.off.back(), sb.drop, sb.seed, u_tmp.data(),
-                                  v_tmp.data(), t_tmp.data(), packed);
-        }
-    };
     // The gradients handed to a backward: one per split, each checked by
     // `check_grad(who, k, dY[k], n, o)`, and the input-gradient slots.
     template <class G, class Check>
@@ -513,7 +459,7 @@ private:
     const Backend& prepared_backend() const;
     template <class Items>
     void forward_activations(const Items& X, const std::size_t* off, std::size_t N, bool drop, std::uint64_t seed,
-                             T* u, T* v, T* t, T* packed) const;
+                             const typename Backend::acts& a, T* packed) const;
     // One path per output kind (detail/output_kind.hpp), H its arguments
     // (the heads; no_heads{} for full scores).
     template <class Kind>

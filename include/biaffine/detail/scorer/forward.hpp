@@ -3,8 +3,10 @@
 // heads: detail/output_kind.hpp). The compute backend object (backend_,
 // detail/compute/interface.hpp) does the batch's work: projections (and the
 // gather), dropout, every split's output with its softmax, and the same
-// backward; what is here is the order of its calls, the buffers, what is
-// kept for backward, and preparing the backend when the parameters changed.
+// backward; it allocates the batch's activations (U, V, T, the kept
+// outputs) and the scorer holds only handles to them. What is here is the
+// order of its calls, the host scratch, which outputs are kept for
+// backward, and preparing the backend when the parameters changed.
 #pragma once
 
 #include "biaffine/abi.hpp"
@@ -154,13 +156,13 @@ const Backend& biaffine_scorer<T, Backend, Out>::prepared_backend() const
 template <class T, class Backend, class Out>
 template <class Items>
 void biaffine_scorer<T, Backend, Out>::forward_activations(const Items& X, const std::size_t* off, std::size_t N,
-                                                      bool drop, std::uint64_t seed, T* u, T* v, T* t,
-                                                      T* packed) const
+                                                           bool drop, std::uint64_t seed,
+                                                           const typename Backend::acts& a, T* packed) const
 {
     const Backend& be = prepared_backend();
-    be.project(X, off, N, u, v, packed);
-    if (drop) be.dropout(cfg_.dropout, seed, u, v, off, X.size());
-    be.bilinear_left(u, N, t, packed);
+    be.project(X, off, N, a, packed);
+    if (drop) be.dropout(cfg_.dropout, seed, a, off, X.size());
+    be.bilinear_left(a, N, packed);
 }
 
 // Inference of one output kind: each split's output into `dest(k, n)` (a
@@ -233,30 +235,31 @@ typename biaffine_scorer<T, Backend, Out>::template kind_backprop<Kind> biaffine
             sb.y_off[count] = ys = detail::packed_count<T>(Kind::saved_name, total);
         }
     }
-    // Kept activations (and outputs) are one block that moves into the
-    // callback; recomputed ones are workspace scratch that dies with this call.
-    activations<saved_batch> act(*this, sb, ys);
+    // Kept activations (and outputs) are held by the backend and move into
+    // the callback; recomputed ones are its scratch that dies with this call
+    // (none carved when kept).
+    if (sb.kept) sb.held = be.hold(N, ys);
+    const auto carved = be.carve(sb.kept ? 0 : N);
+    const auto& act = sb.kept ? sb.held.acts() : carved.acts();
     const std::size_t max_n = detail::max_split_rows(sb.off.data(), count);
     // An output type apart from T: each split's output in T here, converted
     // into dest once the backend has finished it (softmax and kept copy in T).
     scratch<T> buf(converts ? detail::packed_count<T>(Kind::output_name, Kind::elements(max_n, o, Kind::output_name))
                             : 0);
     scratch<T> packed(be.packed_elements(Kind::gathers_rows ? 0 : max_n));
-    be.project(X, sb.off.data(), N, act.u, act.v, packed.data());
-    if (sb.drop) be.dropout(cfg_.dropout, sb.seed, act.u, act.v, sb.off.data(), count);
-    const auto keep = [&](std::size_t k) {
-        return keep_y ? sb.ys + kept_output_offset<Kind>(sb, k) : static_cast<T*>(nullptr);
-    };
+    be.project(X, sb.off.data(), N, act, packed.data());
+    if (sb.drop) be.dropout(cfg_.dropout, sb.seed, act, sb.off.data(), count);
+    const auto keep = [&](std::size_t k) { return keep_y ? kept_output_offset<Kind>(sb, k) : detail::no_kept; };
     if constexpr (converts) {
         be.template score_outputs<Kind>(
-            act.u, act.v, sb.off.data(), count, sb.head_rows.data(), act.t, true, sb.softmax, packed.data(),
+            act, sb.off.data(), count, sb.head_rows.data(), true, sb.softmax, packed.data(),
             [&](std::size_t, std::size_t n) { return Kind::dense(buf.data(), n, o); }, keep,
             [&](std::size_t k, typename Kind::template view<T> y) {
                 Kind::convert(dest(k, Kind::tokens(y)), Kind::read_only(y));
             });
     } else {
-        be.template score_outputs<Kind>(act.u, act.v, sb.off.data(), count, sb.head_rows.data(), act.t, true,
-                                        sb.softmax, packed.data(), dest, keep,
+        be.template score_outputs<Kind>(act, sb.off.data(), count, sb.head_rows.data(), true, sb.softmax,
+                                        packed.data(), dest, keep,
                                         [](std::size_t, typename Kind::template view<T>) {});
     }
     return kind_backprop<Kind>(
@@ -294,23 +297,21 @@ void biaffine_scorer<T, Backend, Out>::backward(const saved_batch& sb,
     const std::size_t n_v = detail::packed_count<T>("packed V", N, hv());
     const std::size_t n_t = detail::packed_count<T>("packed T", N, o, hv());
     const std::size_t n_y = detail::packed_count<T>(Kind::output_name, Kind::elements(max_n, o, Kind::output_name));
-    // Recomputed activations (recompute_in_backward) live in scratch.
-    activations<const saved_batch> act(*this, sb);
+    // Recomputed activations (recompute_in_backward): the backend's scratch.
+    const auto carved = be.carve(keep ? 0 : N);
+    const auto& act = keep ? sb.held.acts() : carved.acts();
     scratch<T> y_tmp(keep || !sb.softmax ? 0 : n_y);
     scratch<T> packed(be.train_packed_elements(Kind::gathers_rows ? 0 : max_n, N));
-    act.recompute(*this, sb, packed.data());
-    const T *u = act.u, *v = act.v, *t = act.t;
+    if (!keep) forward_activations(sb.views, off, N, sb.drop, sb.seed, act, packed.data());
     scratch<T> dt(n_t);
     scratch<T> dv(n_v);
     scratch<T> du(n_u);
     scratch<T> ds(sb.softmax ? n_y : 0);
     be.template outputs_backward<Kind>(
-        off, count, sb.head_rows.data(), v, t, dY, sb.softmax,
-        [&](std::size_t k) {
-            return keep ? static_cast<const T*>(sb.ys + kept_output_offset<Kind>(sb, k)) : static_cast<const T*>(nullptr);
-        },
-        y_tmp.data(), ds.data(), dv.data(), dt.data(), packed.data());
-    be.projections_backward(sb.views, off, N, u, v, dt.data(), dv.data(), du.data(), sb.drop ? cfg_.dropout : 0.0,
+        act, off, count, sb.head_rows.data(), dY, sb.softmax,
+        [&](std::size_t k) { return keep ? kept_output_offset<Kind>(sb, k) : detail::no_kept; }, y_tmp.data(),
+        ds.data(), dv.data(), dt.data(), packed.data());
+    be.projections_backward(sb.views, off, N, act, dt.data(), dv.data(), du.data(), sb.drop ? cfg_.dropout : 0.0,
                             grads(), dX, packed.data());
 }
 
