@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdlib>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -256,6 +257,67 @@ TEST_CASE("tree CRF: adversarial scores are exact or refused, never wrong", "[tr
     }
     INFO("solved " << solved << ", refused " << refused);
     CHECK(solved > 0);
+}
+
+// Long cycles with weak roots at 1e4, past brute force's reach: the trees
+// that carry the mass are the n chains that break the cycle at one root (any
+// other weak arc costs ~2e4 nats, a factor that is 0 in double). So log Z =
+// logsumexp over z of s(z, z) + the cycle arcs of the others, and the root's
+// marginals are those chains' shares.
+// The solvers' exp against std::exp, bit for bit, on both sides of the
+// bounds where Eigen's vectorised exp clamps (+-709.78) and double
+// underflows (-745): 37 entries, so SIMD lanes and a scalar tail on every
+// ISA. Eigen's exp in the solvers gave arcs at -1e4 a weight of ~1.4e-308
+// instead of 0 in SIMD lanes only, and on AVX2 a log Z 1,378 nats off in the
+// adversarial test above (rows of n <= 7 ran scalar on AVX-512).
+TEST_CASE("tree CRF: the solvers' exp underflows as std::exp does, in every lane", "[tree_crf]")
+{
+    const double at[] = {-1e4, -1000.0, -800.0, -746.0, -745.0, -744.5, -720.0, -709.9, -709.78, -709.7, -700.0, -1.0, 0.0, 3.5};
+    std::vector<double> v(37), want(37);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        v[i] = at[(i * 5) % std::size(at)];
+        want[i] = std::exp(v[i]);
+    }
+    biaffine::detail::exp_in_place_exact(v.data(), v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        INFO("exp(" << at[(i * 5) % std::size(at)] << ") at " << i);
+        CHECK(v[i] == want[i]);
+    }
+}
+
+TEST_CASE("tree CRF: long cycles with weak roots at 1e4 against the chains that carry the mass", "[tree_crf]")
+{
+    std::mt19937 rng(23);
+    for (std::size_t n : {8, 9, 16, 33}) {
+        const auto s = cycle_weak_roots(n, 1e4, rng);
+        std::vector<long double> chain(n);
+        long double mx = -std::numeric_limits<long double>::infinity();
+        for (std::size_t z = 0; z < n; ++z) {
+            long double t = s[z * n + z];
+            for (std::size_t m = 0; m < n; ++m) {
+                if (m != z) t += s[m * n + (m + n - 1) % n];
+            }
+            chain[z] = t;
+            mx = std::max(mx, t);
+        }
+        long double sum = 0;
+        for (long double t : chain) sum += std::exp(t - mx);
+        const double want = static_cast<double>(mx + std::log(sum));
+        for (tree_kind kind : crf_kinds) {
+            if (kind == tree_kind::projective) continue;  // the cycle's chains cross (n >= 3)
+            INFO("n = " << n);
+            try {
+                const crf_out o = run_crf(s, n, kind);
+                CHECK(std::fabs(o.log_z - want) <= 1e-12 * std::fabs(want));
+                for (std::size_t z = 0; z < n; ++z) {
+                    const double p = static_cast<double>(std::exp(chain[z] - mx) / sum);
+                    CHECK(std::fabs(o.mu[z * n + z] - p) <= 1e-10);
+                }
+            } catch (const std::domain_error& e) {
+                CHECK(std::string(e.what()).find("beyond the non-projective solver's range") != std::string::npos);
+            }
+        }
+    }
 }
 
 TEST_CASE("tree CRF: float scores", "[tree_crf]")

@@ -193,8 +193,8 @@ inline bool inside_outside_linear(std::size_t n, const double* S, double* mu, do
         const double c = Eigen::Map<const Eigen::ArrayXd>(row, static_cast<Eigen::Index>(n)).maxCoeff();
         if (c == ninf) return false;  // no head at all: the log domain says so
         shift += c;
-        Eigen::Map<Eigen::ArrayXd>(W + d * n, static_cast<Eigen::Index>(n)) =
-            (Eigen::Map<const Eigen::ArrayXd>(row, static_cast<Eigen::Index>(n)) - c).exp();
+        for (std::size_t h = 0; h < n; ++h) W[d * n + h] = row[h] - c;
+        exp_in_place_exact(W + d * n, n);
     }
     for (std::size_t s = 0; s < n; ++s) cr[s * n + s] = cl[s * n + s] = cr_t[s * n + s] = cl_t[s * n + s] = 1.0;
     for (std::size_t w = 1; w < n; ++w) {

@@ -45,7 +45,7 @@
 #include <vector>
 
 #include "biaffine/detail/checked.hpp"
-#include "biaffine/detail/eigen.hpp"
+#include "biaffine/detail/decode_common.hpp"
 #include "biaffine/errors.hpp"
 
 BIAFFINE_NAMESPACE_BEGIN
@@ -321,8 +321,7 @@ inline double matrix_tree_solve(std::size_t n, const double* S, double* mu, cons
         if (S[m * n + m] != ninf) {
             w[m * n + m] = compensated_sum({S[m * n + m], -ws.shift[m], -S[root_at * n + root_at], ws.shift[root_at]});
         }
-        Eigen::Map<Eigen::ArrayXd> row(w + m * n, static_cast<Eigen::Index>(n));
-        row = row.exp();
+        exp_in_place_exact(w + m * n, n);
     }
 
     // The first level: every token but a forced root.
