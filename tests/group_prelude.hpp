@@ -85,3 +85,4 @@
 #include "golden.hpp"
 #include "layer_helpers.hpp"
 #include "reference_mst.hpp"
+#include "test_scale.hpp"

@@ -12,6 +12,8 @@
 // repetition counts of the heavy loops.
 #include <catch2/catch.hpp>
 
+#include "test_scale.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -46,14 +48,7 @@ namespace {
 
 constexpr double neg_inf = -std::numeric_limits<double>::infinity();
 
-double test_scale()
-{
-    const char* s = std::getenv("BIAFFINE_TEST_SCALE");
-    const double v = s != nullptr ? std::atof(s) : 1.0;
-    return v > 0 ? v : 1.0;
-}
-
-int scaled(int n) { return std::max(1, static_cast<int>(n * test_scale())); }
+using biaffine_test::scaled;
 
 // Tree check written independently of biaffine::is_tree: one root, and from
 // every token the root is reached within n steps.

@@ -12,6 +12,8 @@
 // concurrency test (CI sets it below 1 under the sanitizers).
 #include <catch2/catch.hpp>
 
+#include "test_scale.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -32,14 +34,7 @@ using namespace biaffine;
 
 namespace {
 
-double test_scale()
-{
-    const char* s = std::getenv("BIAFFINE_TEST_SCALE");
-    const double v = s != nullptr ? std::atof(s) : 1.0;
-    return v > 0 ? v : 1.0;
-}
-
-int scaled(int n) { return std::max(1, static_cast<int>(n * test_scale())); }
+using biaffine_test::scaled;
 
 using doc_t = xt::xtensor<double, 2>;
 

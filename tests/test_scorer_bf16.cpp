@@ -9,6 +9,7 @@
 
 #include "bf16_reference.hpp"
 #include "bf16_scorer.hpp"
+#include "test_scale.hpp"
 
 #include <atomic>
 #include <cmath>
@@ -315,7 +316,10 @@ TEST_CASE("bf16 inference: concurrent calls give one call's bytes, across parame
     auto s = scorer_of(p, compute_precision::bf16);
     const auto items = items_of(p);
     const auto H = heads_of(p);
-    constexpr int threads = 4, calls = 24, rounds = 3;
+    // Calls per thread scaled by BIAFFINE_TEST_SCALE (6 under the sanitizers,
+    // where 24 took 55 s at -O0).
+    constexpr int threads = 4, rounds = 3;
+    const int calls = biaffine_test::scaled(24);
     for (int round = 0; round < rounds; ++round) {
         INFO("round " << round);
         if (round > 0) {  // between rounds, not concurrently: new weights

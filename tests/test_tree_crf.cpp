@@ -10,6 +10,8 @@
 // repetition counts of the heavy loops.
 #include <catch2/catch.hpp>
 
+#include "test_scale.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -28,14 +30,6 @@ namespace {
 using biaffine::tree_kind;
 using tree_list = std::vector<std::vector<std::size_t>>;
 
-double crf_test_scale()
-{
-    const char* s = std::getenv("BIAFFINE_TEST_SCALE");
-    const double v = s != nullptr ? std::atof(s) : 1.0;
-    return v > 0 ? v : 1.0;
-}
-
-int crf_scaled(int n) { return std::max(1, static_cast<int>(n * crf_test_scale())); }
 
 // One root, every token reaches it within n steps (written apart from the
 // library's checks).
@@ -213,7 +207,7 @@ TEST_CASE("tree CRF: log Z and marginals equal brute force on random and trained
     std::mt19937 rng(5);
     for (tree_kind kind : crf_kinds) {
         for (std::size_t n = 1; n <= 7; ++n) {
-            const int reps = crf_scaled(n <= 5 ? 20 : 4);
+            const int reps = biaffine_test::scaled(n <= 5 ? 20 : 4);
             for (int r = 0; r < reps; ++r) {
                 for (double mag : {1.0, 5.0, 50.0}) {
                     const auto s = random_scores(n, rng, -mag, mag);
@@ -245,7 +239,7 @@ TEST_CASE("tree CRF: adversarial scores are exact or refused, never wrong", "[tr
     };
     for (tree_kind kind : crf_kinds) {
         for (std::size_t n = 2; n <= 7; ++n) {
-            for (int r = 0; r < crf_scaled(6); ++r) {
+            for (int r = 0; r < biaffine_test::scaled(6); ++r) {
                 attempt(random_scores(n, rng, -1e4, 1e4), n, kind);
                 for (double big : {1e4, 50.0, 20.0, 5.0}) attempt(cycle_weak_roots(n, big, rng), n, kind);
                 // Root-hungry and root-starved rows at +-1e4.
@@ -532,7 +526,7 @@ TEST_CASE("mbr_heads: maximises the summed marginals, differs from MST on raw sc
     int differ = 0;
     std::mt19937 rng(41);
     for (tree_kind kind : crf_kinds) {
-        for (int r = 0; r < crf_scaled(300); ++r) {
+        for (int r = 0; r < biaffine_test::scaled(300); ++r) {
             const std::size_t n = 3 + static_cast<std::size_t>(r % 4);
             const auto s = random_scores(n, rng, -2, 2);
             const auto mbr = biaffine::mbr_heads(view_of(s, n), kind);
