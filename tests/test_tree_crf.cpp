@@ -281,7 +281,10 @@ TEST_CASE("tree CRF: the solvers' exp underflows as std::exp does, in every lane
 
 TEST_CASE("tree CRF: long cycles with weak roots at 1e4 against the chains that carry the mass", "[tree_crf]")
 {
+    // Non-projective only: the chains that wrap around the cycle cross.
+    // Refusals are allowed, but not for every size: the test must compare.
     std::mt19937 rng(23);
+    int solved = 0;
     for (std::size_t n : {8, 9, 16, 33}) {
         const auto s = cycle_weak_roots(n, 1e4, rng);
         std::vector<long double> chain(n);
@@ -297,21 +300,20 @@ TEST_CASE("tree CRF: long cycles with weak roots at 1e4 against the chains that 
         long double sum = 0;
         for (long double t : chain) sum += std::exp(t - mx);
         const double want = static_cast<double>(mx + std::log(sum));
-        for (tree_kind kind : crf_kinds) {
-            if (kind == tree_kind::projective) continue;  // the cycle's chains cross (n >= 3)
-            INFO("n = " << n);
-            try {
-                const crf_out o = run_crf(s, n, kind);
-                CHECK(std::fabs(o.log_z - want) <= 1e-12 * std::fabs(want));
-                for (std::size_t z = 0; z < n; ++z) {
-                    const double p = static_cast<double>(std::exp(chain[z] - mx) / sum);
-                    CHECK(std::fabs(o.mu[z * n + z] - p) <= 1e-10);
-                }
-            } catch (const std::domain_error& e) {
-                CHECK(std::string(e.what()).find("beyond the non-projective solver's range") != std::string::npos);
+        INFO("n = " << n);
+        try {
+            const crf_out o = run_crf(s, n, tree_kind::non_projective);
+            ++solved;
+            CHECK(std::fabs(o.log_z - want) <= 1e-12 * std::fabs(want));
+            for (std::size_t z = 0; z < n; ++z) {
+                const double p = static_cast<double>(std::exp(chain[z] - mx) / sum);
+                CHECK(std::fabs(o.mu[z * n + z] - p) <= 1e-10);
             }
+        } catch (const std::domain_error& e) {
+            CHECK(std::string(e.what()).find("beyond the non-projective solver's range") != std::string::npos);
         }
     }
+    CHECK(solved > 0);
 }
 
 TEST_CASE("tree CRF: float scores", "[tree_crf]")
